@@ -1,0 +1,32 @@
+# Two commands on a fresh machine: `make demo` and `make test` (README).
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint typecheck venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/rsi demo
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+typecheck: $(STAMP)
+	$(PY) -m mypy rsi_common
+
+test: $(STAMP)
+	scripts/provision.sh
+	$(PY) -m ruff check .
+	$(PY) -m mypy rsi_common
+	scripts/pytest.sh $(PY) -m pytest -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .rsi .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,261 @@
+"""Settings: loaded once into one validated object and passed in explicitly.
+
+Every setting is an environment variable with the prefix ``RSI_`` (SPEC §1.6):
+
+* plain fields: ``RSI_<FIELD>`` (``RSI_DATABASE_URL``, ``RSI_LEASE_S``, …);
+* sim model (SIM.md §1): ``RSI_SIM_<FIELD>`` (``RSI_SIM_LATENCY_MS``);
+* role models (SPEC §1.6): ``RSI_ROLE_<ROLE>_MODEL`` / ``RSI_ROLE_<ROLE>_PROVIDER`` /
+  ``RSI_ROLE_<ROLE>_BASE_URL`` for ``JUDGE``, ``SIGNAL``, ``ANALYST``, ``PROPOSER``, ``CRITIC``;
+* consolidation parameters (SPEC §1.4): ``RSI_CONSOLIDATION__<FIELD>``.
+
+An ``RSI_*`` variable that names no setting is an error (:class:`~rsi_common.errors.SettingsError`),
+so a misspelt setting is never silently dropped. No module reads the environment at import time:
+the environment is read when :class:`Settings` is constructed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from rsi_common.errors import SettingsError
+
+__all__ = [
+    "ROLES",
+    "ConsolidationParams",
+    "ProviderName",
+    "RoleModel",
+    "RoleModels",
+    "Settings",
+    "SimConfig",
+]
+
+ProviderName = Literal["sim", "anthropic", "openai"]
+ROLES: tuple[str, ...] = ("judge", "signal", "analyst", "proposer", "critic")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SimConfig(_Frozen):
+    """The offline sim model's knobs (SIM.md §1)."""
+
+    latency_ms: float = Field(0.0, ge=0)
+    """Sleep per call, in milliseconds."""
+    jitter_ms: float = Field(0.0, ge=0)
+    """Extra uniform sleep in [0, jitter_ms] drawn from the call's seed."""
+    noise: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability that one active trait is dropped (per trait, per call)."""
+    error_rate: float = Field(0.0, ge=0.0, le=1.0)
+    """Probability that a call raises a provider error."""
+    leaky: bool = False
+    """The proposer pastes user text into the harness (exercises the critic)."""
+    seed: int = 0
+    """Global seed mixed into every call's seed."""
+
+
+class RoleModel(_Frozen):
+    """Model of one consolidation role; ``None`` fields default to the agent's own model."""
+
+    provider: ProviderName | None = None
+    model: str | None = None
+    base_url: str | None = None
+
+
+class RoleModels(_Frozen):
+    """Per-role model overrides (SPEC §1.6)."""
+
+    judge: RoleModel = RoleModel()
+    signal: RoleModel = RoleModel()
+    analyst: RoleModel = RoleModel()
+    proposer: RoleModel = RoleModel()
+    critic: RoleModel = RoleModel()
+
+
+class ConsolidationParams(_Frozen):
+    """Defaults for turn consolidation (SPEC §1.4)."""
+
+    m: int = Field(2, ge=1, le=8)
+    k: int = Field(2, ge=1)
+    n_eval: int = Field(8, ge=1)
+    T: int = 20
+    b_min: int = Field(1, ge=1)
+    b_max: int = Field(3, ge=1)
+    w: int = Field(3, ge=1)
+    m_draft: int = Field(1, ge=0)
+    n_prune: int = Field(4, ge=0)
+    beta0: float = Field(0.10, ge=0)
+    beta1: float = Field(35.4, ge=0)
+    w_s: float = Field(100.0, ge=0)
+    w_c: float = Field(15.0, ge=0)
+    w_n: float = Field(0.5, ge=0)
+    delta_z: float = 2.0
+    invalid_missing_frac: float = Field(0.15, ge=0.0, le=1.0)
+    repair_rounds: int = Field(1, ge=0)
+    parallel: int = Field(8, ge=1)
+    early_stop: bool = True
+    max_valid_rate_drop: float = 0.15
+    max_nosub_rise: float = 0.15
+    history_rounds: int = Field(200, ge=1)
+    cache_versions: int = Field(3, ge=1)
+    verdict_cache: int = Field(4000, ge=0)
+    signal_pairs: int = Field(4, ge=0)
+    world_pool: int = Field(60, ge=1)
+
+
+class Settings(BaseSettings):
+    """All settings of a host process or a worker (SPEC §1.6, ARCHITECTURE §5)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="RSI_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        case_sensitive=False,
+        frozen=True,
+    )
+
+    database_url: str = "sqlite:///.rsi/rsi.db"
+    """SQLAlchemy URL of the durable state (PostgreSQL in production, SQLite embedded)."""
+    redis_url: str | None = None
+    """Broker, result backend and coordination; ``None`` selects an embedded mode."""
+    home: Path = Path(".rsi")
+    """Directory of embedded-mode state (SQLite file, private redis-server socket)."""
+    mode: Literal["production", "paper"] = "production"
+    """Mode of the offline loops (SPEC §1.5); consolidation always judges in production mode."""
+
+    lease_s: int = Field(60, ge=1)
+    """Per-agent lease TTL in seconds; renewed by every task of a run."""
+    run_stale_s: int = Field(900, ge=1)
+    """A ``running`` run older than this (database clock) is closed as ``interrupted``."""
+    world_retention: int = Field(60, ge=1)
+    """Worlds kept per agent."""
+    run_retention: int = Field(200, ge=1)
+    """Run rows kept per agent."""
+    harness_cache_ttl_s: float = Field(15.0, ge=0)
+    """Host-side per-process cache of the current harness, in seconds."""
+    harness_dir: str | None = None
+    """Admin pin: a harness directory or ``builtin:<name>`` (SPEC §5.4)."""
+    record_world: bool = True
+    """World capture on/off (SPEC §4.1)."""
+
+    default_provider: ProviderName = "sim"
+    """Provider of an agent whose turns name none."""
+    default_model: str = "sim-1"
+    """Model of an agent whose turns name none."""
+    anthropic_api_key: SecretStr | None = None
+    anthropic_base_url: str | None = None
+    openai_api_key: SecretStr | None = None
+    openai_base_url: str | None = None
+    """Any OpenAI-compatible server (vLLM, Ollama, …)."""
+    model_timeout_s: float = Field(120.0, gt=0)
+    """Per-request timeout of real model clients."""
+    model_max_retries: int = Field(3, ge=0)
+    """Retries on rate limits, timeouts and 5xx (backoff 1 s, 2 s, 4 s)."""
+    model_backoff_s: float = Field(1.0, ge=0)
+    """First retry delay; doubled per retry (0 in tests)."""
+
+    roles: RoleModels = RoleModels()
+    sim: SimConfig = SimConfig()
+    consolidation: ConsolidationParams = ConsolidationParams()
+
+    task_soft_time_limit_s: int = Field(600, ge=1)
+    """Celery soft time limit of any task."""
+    task_time_limit_s: int = Field(660, ge=1)
+    """Celery hard time limit of any task."""
+    visibility_timeout_s: int = Field(3600, ge=1)
+    """Redis broker visibility timeout; must exceed the hard time limit."""
+    max_redeliveries: int = Field(3, ge=0)
+    """A task redelivered more often than this is answered with a structured failure."""
+    sweep_interval_s: float = Field(30.0, gt=0)
+    """Period of the sweeper (Celery beat)."""
+    metrics_port: int | None = None
+    """Port of the worker's Prometheus endpoint; ``None`` = off."""
+    log_format: Literal["json", "text"] = "json"
+    log_level: str = "INFO"
+
+    @field_validator("visibility_timeout_s")
+    @classmethod
+    def _visibility_above_limits(cls, v: int, info: Any) -> int:
+        hard = info.data.get("task_time_limit_s", 0)
+        if v <= hard:
+            raise ValueError(f"visibility_timeout_s ({v}) must exceed task_time_limit_s ({hard})")
+        return v
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, _FlatPrefixSource(settings_cls), env_settings)
+
+    def api_key(self, provider: str) -> str | None:
+        """The plain API key of ``provider`` (only model clients call this)."""
+        secret = {"anthropic": self.anthropic_api_key, "openai": self.openai_api_key}.get(provider)
+        return secret.get_secret_value() if secret is not None else None
+
+
+def _nested_fields(model: type[BaseModel]) -> set[str]:
+    return set(model.model_fields)
+
+
+class _FlatPrefixSource(PydanticBaseSettingsSource):
+    """Reads ``RSI_SIM_*`` and ``RSI_ROLE_<ROLE>_*`` and rejects unknown ``RSI_*`` variables."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str] | None = None):
+        super().__init__(settings_cls)
+        self._environ = os.environ if environ is None else environ
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        top = set(Settings.model_fields)
+        sim_fields = _nested_fields(SimConfig)
+        role_fields = _nested_fields(RoleModel)
+        consolidation_fields = _nested_fields(ConsolidationParams)
+        sim: dict[str, Any] = {}
+        roles: dict[str, dict[str, Any]] = {}
+        unknown: list[str] = []
+        for raw_key, value in self._environ.items():
+            key = raw_key.upper()
+            if not key.startswith("RSI_"):
+                continue
+            name = key[4:].lower()
+            if name.startswith("consolidation__"):
+                if name.split("__", 1)[1] not in {f.lower() for f in consolidation_fields}:
+                    unknown.append(raw_key)
+                continue
+            if name in top and name not in ("sim", "roles", "consolidation"):
+                continue
+            if name.startswith("sim_") and name[4:] in sim_fields:
+                sim[name[4:]] = value
+                continue
+            if name.startswith("role_"):
+                role, _, field = name[5:].partition("_")
+                if role in ROLES and field in role_fields:
+                    roles.setdefault(role, {})[field] = value or None
+                    continue
+            unknown.append(raw_key)
+        if unknown:
+            raise SettingsError(
+                "unknown setting(s) "
+                + ", ".join(sorted(unknown))
+                + "; see the configuration table in README.md"
+            )
+        out: dict[str, Any] = {}
+        if sim:
+            out["sim"] = sim
+        if roles:
+            out["roles"] = roles
+        return out

@@ -1,0 +1,152 @@
+"""The one error tree of rsi-worker, classed by what happens next.
+
+* :class:`InvalidInput` — bad input from a caller (a host, a CLI user, a file). It is reported to
+  the caller with a readable message and nothing is stored.
+* :class:`ReplayFailure` — a replay of one world under one harness failed. It is recorded against
+  the candidate (a missing trial), never retried.
+* :class:`InfrastructureError` — a backend (broker, Redis, database, model provider) failed in a
+  way that may pass. The operation is retried by its owner (Celery, the kernel's model retries).
+* :class:`CoordinationError` — the run lost its right to write (lease lost, fence superseded).
+  The run stops at once and writes nothing else.
+
+Failures are stored as data (:func:`error_record`), never pickled.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+__all__ = [
+    "CoordinationError",
+    "CredentialError",
+    "ErrorRecord",
+    "FenceRejected",
+    "InfrastructureError",
+    "InvalidInput",
+    "LeaseLost",
+    "LockedFieldError",
+    "ManifestError",
+    "ModelAuthError",
+    "ModelBadRequest",
+    "ModelError",
+    "ModelTransientError",
+    "PathEscapeError",
+    "ReplayFailure",
+    "RsiError",
+    "SettingsError",
+    "TamperError",
+    "UnknownAgentError",
+    "UnknownVersionError",
+    "WorldError",
+    "error_record",
+]
+
+
+class RsiError(Exception):
+    """Base of every error raised on purpose by rsi-worker."""
+
+
+# --- reported to the caller -------------------------------------------------------------------
+
+
+class InvalidInput(RsiError, ValueError):
+    """Input that can never succeed as given; the message says what to fix."""
+
+
+class SettingsError(InvalidInput):
+    """A setting is unknown, misspelt or out of range."""
+
+
+class ManifestError(InvalidInput):
+    """A harness manifest breaks a rule of SPEC §5.1."""
+
+
+class PathEscapeError(ManifestError):
+    """A harness file path is absolute, empty or leaves the harness root."""
+
+
+class TamperError(InvalidInput):
+    """A harness payload's claimed version differs from the version of its content."""
+
+
+class LockedFieldError(InvalidInput):
+    """An edit touches a locked address or a platform field (ARCHITECTURE invariant 8)."""
+
+
+class WorldError(InvalidInput):
+    """A world record is malformed; the message names the offending field."""
+
+
+class CredentialError(WorldError):
+    """A record contains something that looks like a credential and was refused."""
+
+
+class UnknownAgentError(InvalidInput, KeyError):
+    """No agent with this id exists."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the plain message
+        return str(self.args[0]) if self.args else "unknown agent"
+
+
+class UnknownVersionError(InvalidInput, KeyError):
+    """No stored harness version with this id exists for the agent."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown version"
+
+
+# --- recorded against a candidate -------------------------------------------------------------
+
+
+class ReplayFailure(RsiError):
+    """A replay could not produce a trial (the trial is recorded as missing)."""
+
+
+# --- retried ----------------------------------------------------------------------------------
+
+
+class InfrastructureError(RsiError):
+    """A backend failed in a way that may pass; the owner retries."""
+
+
+class ModelError(RsiError):
+    """A model provider call failed."""
+
+
+class ModelTransientError(ModelError, InfrastructureError):
+    """Rate limit, timeout, connection error or 5xx; retried with backoff."""
+
+
+class ModelAuthError(ModelError):
+    """The provider refused the credentials (401/403); never retried."""
+
+
+class ModelBadRequest(ModelError):
+    """The provider refused the request itself (400/404/422); never retried."""
+
+
+# --- the run must stop ------------------------------------------------------------------------
+
+
+class CoordinationError(RsiError):
+    """The run lost its right to write."""
+
+
+class LeaseLost(CoordinationError):
+    """The per-agent lease expired or is held by another run."""
+
+
+class FenceRejected(CoordinationError):
+    """A newer run has written for this agent; this run's write is refused."""
+
+
+class ErrorRecord(TypedDict):
+    """A failure stored as data."""
+
+    type: str
+    message: str
+
+
+def error_record(exc: BaseException, limit: int = 300) -> ErrorRecord:
+    """Return ``{type, message}`` for ``exc``, the message cut to ``limit`` characters."""
+    return {"type": type(exc).__name__, "message": str(exc)[:limit]}
