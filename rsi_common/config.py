@@ -25,6 +25,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from rsi_common.errors import SettingsError
+from rsi_common.math.params import RRSIParams
 
 __all__ = [
     "ROLES",
@@ -108,6 +109,22 @@ class ConsolidationParams(_Frozen):
     verdict_cache: int = Field(4000, ge=0)
     signal_pairs: int = Field(4, ge=0)
     world_pool: int = Field(60, ge=1)
+
+    def rrsi(self) -> RRSIParams:
+        """The RRSI parameters of consolidation (SPEC §1.4): the same ``T, k, m, b_min, b_max, w,
+        m_draft, delta_z, beta0, beta1, w_s, w_c, w_n, n_prune, invalid_missing_frac`` and
+        ``delta=None`` (consolidation calibrates δ every run).
+
+        Raises:
+            InvalidInput: the combination breaks a constraint of SPEC §1.3 (e.g. ``b_min > b_max``
+                or ``m_draft > m``).
+        """
+        return RRSIParams(
+            T=self.T, k=self.k, m=self.m, b_min=self.b_min, b_max=self.b_max, w=self.w,
+            m_draft=self.m_draft, delta=None, delta_z=self.delta_z, beta0=self.beta0, beta1=self.beta1,
+            w_s=self.w_s, w_c=self.w_c, w_n=self.w_n, n_prune=self.n_prune,
+            invalid_missing_frac=self.invalid_missing_frac,
+        )
 
 
 class Settings(BaseSettings):

@@ -29,6 +29,7 @@ __all__ = [
     "ModelAuthError",
     "ModelBadRequest",
     "ModelError",
+    "ModelOutputError",
     "ModelTransientError",
     "PathEscapeError",
     "ReplayFailure",
@@ -123,6 +124,10 @@ class ModelAuthError(ModelError):
 
 class ModelBadRequest(ModelError):
     """The provider refused the request itself (400/404/422); never retried."""
+
+
+class ModelOutputError(ModelError):
+    """The model answered, but not in the required form (e.g. no JSON object after every attempt)."""
 
 
 # --- the run must stop ------------------------------------------------------------------------

@@ -1,0 +1,48 @@
+"""Model clients: one small interface (SPEC §7.1) and three implementations (ARCHITECTURE §6).
+
+* :mod:`rsi_common.llm.base` — :class:`ModelRequest`, :class:`ModelResponse`, :class:`Usage`, the
+  :class:`ModelClient` protocol, :func:`make_client`, :func:`role_client`, :func:`complete_json`;
+* :mod:`rsi_common.llm.anthropic`, :mod:`rsi_common.llm.openai` — the official SDKs, with the one
+  retry policy of :mod:`rsi_common.llm.retry`;
+* :mod:`rsi_common.llm.sim` — the deterministic offline model of SIM.md.
+
+The provider modules are imported lazily by :func:`make_client`.
+"""
+
+from __future__ import annotations
+
+from rsi_common.llm.base import (
+    COMPACTION_MARKER,
+    COMPACTION_SYSTEM_PROMPT,
+    ROLE_NAMES,
+    ModelClient,
+    ModelRequest,
+    ModelResponse,
+    Usage,
+    canonical_json,
+    complete_json,
+    make_client,
+    parse_json_object,
+    role_client,
+    text_of,
+    tool_uses,
+)
+from rsi_common.llm.sim_core import KERNEL_NOTE_TAG
+
+__all__ = [
+    "COMPACTION_MARKER",
+    "COMPACTION_SYSTEM_PROMPT",
+    "KERNEL_NOTE_TAG",
+    "ROLE_NAMES",
+    "ModelClient",
+    "ModelRequest",
+    "ModelResponse",
+    "Usage",
+    "canonical_json",
+    "complete_json",
+    "make_client",
+    "parse_json_object",
+    "role_client",
+    "text_of",
+    "tool_uses",
+]

@@ -1,0 +1,519 @@
+"""The world record ``rsi-world/1``: one captured turn, the unit of replay (SPEC §4.1).
+
+The schema (pydantic models) and constants live in :mod:`rsi_common.world_schema`; this module holds
+capture, validation, migration and the read side, and re-exports the constants and :class:`World`.
+
+:func:`finalize_world` turns what K0 captured into a storable record; :func:`validate_world` checks (and
+migrates) a stored one; :class:`TurnWorld` is the read-side view the consolidation uses.
+
+Decisions where SPEC §4.1 is silent:
+
+* **Credentials.** The stored record is scanned with the SPEC §6.2 patterns (:mod:`rsi_common.credentials`)
+  after clipping and the size limit, i.e. exactly what would be stored. A hit anywhere the replay feeds
+  to the model (input, messages, tool calls, memory, plan, outcome) refuses the whole world with
+  :class:`~rsi_common.errors.CredentialError` naming the field path and the pattern label, never the
+  text: a redacted world would replay a different turn. Only ``state.metadata`` (host bookkeeping no
+  component reads) is **scrubbed**: entries whose key/value pair or string matches are dropped.
+  Dict entries are scanned both as values and as ``{"key": value}`` JSON, so ``{"api_key": "…"}`` is
+  caught by the assignment patterns.
+* **JSON safety.** Outside ``state.metadata`` a value that does not survive a JSON round trip becomes
+  ``str(value)``; tuples become lists, non-string keys ``str(key)``, non-finite floats strings. In
+  ``state.metadata`` such values are *dropped* instead (a ``str()`` of a host object may leak it), and
+  keys starting with ``_`` are dropped at every depth.
+* ``tools.defs`` entries named in ``tools.contributed`` or not serialisable are dropped.
+* ``memory.chunks`` entries are projected on the six fields of §4.1 (other keys dropped; ``key``,
+  ``source`` and ``content`` as strings, ``None`` → ``""``; a non-numeric score → null; ``pinned`` as a
+  bool), so a host memory provider's extra fields cannot make a world invalid.
+* A tool call with an empty ``name`` is kept (the replay simply never matches it); a tool *definition*
+  needs a non-empty name.
+* :func:`clip` leaves an already clipped string (head, marker, tail of the exact shape) unchanged, so
+  :func:`finalize_world` is idempotent.
+* Above the size limit the emptied record is kept even if it is still larger (e.g. a huge ``input``).
+
+**Versions and migration.** ``rsi-world/1`` is the first schema; :data:`MIGRATIONS` maps an older schema
+id to a function producing the next one and is empty. Within ``rsi-world/1``, the *late fields* —
+``truncated``, ``images_dropped``, ``bytes``, ``tools.contributed``, ``plan.turn_notes``, ``plan.kwargs``
+and ``memory`` — may be absent in records written by the first capture code ("old format"); they load
+as ``false``, ``false``, the recomputed size, ``[]``, ``[]``, ``{}`` and ``{"present": false, "chunks":
+null}``. Every other field is required. Golden files of both live in ``tests/golden/world/``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import secrets
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from rsi_common.credentials import find_credentials
+from rsi_common.errors import CredentialError, WorldError
+from rsi_common.world_schema import (
+    CLIP_MARKER,
+    IMAGE_PLACEHOLDER,
+    IMAGE_TYPES,
+    MAX_RESULT_CHARS,
+    MAX_WORLD_BYTES,
+    SAFE_KWARGS,
+    WORLD_SCHEMA,
+    World,
+)
+
+__all__ = [
+    "CLIP_MARKER",
+    "IMAGE_PLACEHOLDER",
+    "IMAGE_TYPES",
+    "MAX_RESULT_CHARS",
+    "MAX_WORLD_BYTES",
+    "MIGRATIONS",
+    "SAFE_KWARGS",
+    "WORLD_SCHEMA",
+    "TurnWorld",
+    "World",
+    "clip",
+    "finalize_world",
+    "migrate_world",
+    "new_world_id",
+    "previous_in_conversation",
+    "text_of",
+    "validate_world",
+    "world_bytes",
+]
+
+_CLIP_MARKER_RE = re.compile(r"\n\[… (\d+) characters cut …\]\n")
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def _path(loc: Sequence[Any]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<world>"
+
+
+def world_bytes(world: Mapping[str, Any]) -> int:
+    """UTF-8 length of ``json.dumps(world without "bytes", ensure_ascii=False, separators=(",", ":"))``."""
+    body = {k: v for k, v in world.items() if k != "bytes"}
+    return len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def clip(s: str, limit: int = MAX_RESULT_CHARS) -> str:
+    """Keep the first ``⌊3·limit/4⌋`` and last ``limit − head`` characters of a string longer than
+    ``limit``, with ``CLIP_MARKER`` (n = ``len(s) − limit``) between them. An already clipped string
+    is returned unchanged.
+
+    Raises:
+        ValueError: ``limit < 0``.
+    """
+    if limit < 0:
+        raise ValueError("limit must be >= 0")
+    if len(s) <= limit:
+        return s
+    head = 3 * limit // 4
+    tail = limit - head
+    m = _CLIP_MARKER_RE.match(s, head)
+    if m is not None and len(s) - m.end() == tail:
+        return s
+    return s[:head] + CLIP_MARKER.format(n=len(s) - limit) + s[len(s) - tail:]
+
+
+_DROP: Any = object()
+
+
+def _jsonable(v: Any, metadata: bool) -> Any:
+    """A JSON-safe deep copy; ``metadata`` drops (``_DROP``) what the lax mode would ``str()``."""
+    if v is None or type(v) in (str, bool, int):
+        return v
+    if isinstance(v, (str, int, float)):  # floats and subclasses (enums, numpy floats): as JSON reads them
+        if isinstance(v, float) and not math.isfinite(v):
+            return _DROP if metadata else str(v)
+        return json.loads(json.dumps(v))
+    if isinstance(v, Mapping):
+        out: dict[str, Any] = {}
+        for k, item in v.items():
+            if metadata and (not isinstance(k, str) or k.startswith("_")):
+                continue
+            conv = _jsonable(item, metadata)
+            if conv is not _DROP:
+                out[k if isinstance(k, str) else str(k)] = conv
+        return out
+    if isinstance(v, (list, tuple)):
+        items = [_jsonable(i, metadata) for i in v]
+        return [i for i in items if i is not _DROP]
+    return _DROP if metadata else str(v)
+
+
+def _replace_images(v: Any) -> tuple[Any, bool]:
+    if isinstance(v, dict):
+        if v.get("type") in IMAGE_TYPES:
+            return {"type": "text", "text": IMAGE_PLACEHOLDER}, True
+        dropped = False
+        for k, item in v.items():
+            v[k], d = _replace_images(item)
+            dropped |= d
+        return v, dropped
+    if isinstance(v, list):
+        dropped = False
+        for i, item in enumerate(v):
+            v[i], d = _replace_images(item)
+            dropped |= d
+        return v, dropped
+    return v, False
+
+
+def _clip_walk(v: Any) -> tuple[Any, bool]:
+    """Clip a content value: strings, list items, and the ``text``/``content`` fields of dicts."""
+    if isinstance(v, str):
+        c = clip(v)
+        return c, c != v
+    if isinstance(v, list):
+        cut = False
+        for i, item in enumerate(v):
+            v[i], sub = _clip_walk(item)
+            cut |= sub
+        return v, cut
+    if isinstance(v, dict):
+        cut = False
+        for key in ("text", "content"):
+            if key in v:
+                v[key], sub = _clip_walk(v[key])
+                cut |= sub
+        return v, cut
+    return v, False
+
+
+def _strings(v: Any, path: str) -> Iterator[tuple[str, str]]:
+    """(path, text to scan) for every string, dict key and ``{"key": value}`` pair under ``v``."""
+    if isinstance(v, str):
+        yield path, v
+    elif isinstance(v, dict):
+        for k, item in v.items():
+            sub = f"{path}.{k}" if path else str(k)
+            yield sub, str(k)
+            if isinstance(item, str):
+                yield sub, json.dumps({k: item}, ensure_ascii=False)
+            yield from _strings(item, sub)
+    elif isinstance(v, list):
+        for i, item in enumerate(v):
+            yield from _strings(item, f"{path}[{i}]")
+
+
+def _credential_entry(key: Any, item: Any) -> bool:
+    texts = [str(key)]
+    if isinstance(item, str):
+        texts += [item, json.dumps({str(key): item}, ensure_ascii=False)]
+    return any(find_credentials(t) for t in texts)
+
+
+def _scrub(v: Any) -> Any:
+    """``v`` without the dict entries (key, string value or pair) and list strings a pattern matches."""
+    if isinstance(v, dict):
+        return {k: _scrub(item) for k, item in v.items() if not _credential_entry(k, item)}
+    if isinstance(v, list):
+        return [_scrub(i) for i in v if not (isinstance(i, str) and find_credentials(i))]
+    return v
+
+
+def _refuse_credentials(world: Mapping[str, Any]) -> None:
+    for path, text in _strings(dict(world), ""):
+        labels = find_credentials(text)
+        if labels:
+            raise CredentialError(
+                f"{path}: contains text matching the credential pattern '{labels[0]}'; the world is refused"
+            )
+
+
+# --- validation and migration --------------------------------------------------------------------
+
+MIGRATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+"""Older schema id → function returning the record in the next schema (applied until ``rsi-world/1``).
+Empty: ``rsi-world/1`` is the first schema."""
+
+
+def migrate_world(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy of ``obj`` in schema ``rsi-world/1`` with the late fields filled (module docstring).
+
+    ``bytes`` is not filled here (it is recomputed by :func:`validate_world`).
+
+    Raises:
+        WorldError: not an object, or an unknown schema id.
+    """
+    if not isinstance(obj, Mapping):
+        raise WorldError(f"<world>: a world must be a JSON object, got {type(obj).__name__}")
+    out = copy.deepcopy(dict(obj))
+    seen: set[Any] = set()
+    while (schema := out.get("schema")) != WORLD_SCHEMA:
+        step = MIGRATIONS.get(schema) if isinstance(schema, str) else None
+        if step is None or schema in seen:
+            raise WorldError(f"schema: unknown world schema {schema!r} (this code reads {WORLD_SCHEMA})")
+        seen.add(schema)
+        out = step(out)
+    out.setdefault("truncated", False)
+    out.setdefault("images_dropped", False)
+    out.setdefault("memory", {"present": False, "chunks": None})
+    for section, key, default in (("tools", "contributed", []), ("plan", "turn_notes", []),
+                                  ("plan", "kwargs", {})):
+        if isinstance(out.get(section), dict):
+            out[section].setdefault(key, default)
+    return out
+
+
+def _first_non_json(v: Any, path: str) -> str | None:
+    if v is None or type(v) in (str, bool, int):
+        return None
+    if isinstance(v, float):
+        return None if math.isfinite(v) else path
+    if isinstance(v, dict):
+        for k, item in v.items():
+            bad = path if not isinstance(k, str) else _first_non_json(item, f"{path}.{k}" if path else k)
+            if bad is not None:
+                return bad
+        return None
+    if isinstance(v, list):
+        for i, item in enumerate(v):
+            bad = _first_non_json(item, f"{path}[{i}]")
+            if bad is not None:
+                return bad
+        return None
+    return path or "<world>"
+
+
+def validate_world(obj: Any) -> dict[str, Any]:
+    """Check a world record (after :func:`migrate_world`) and return it normalised.
+
+    Returns:
+        The record as plain JSON in field order, defaults filled, ``bytes`` recomputed if absent
+        (a stored ``bytes`` is kept as is).
+
+    Raises:
+        WorldError: the message starts with the offending field path, e.g. ``tools.calls[0].name: …``.
+    """
+    had_bytes = isinstance(obj, Mapping) and "bytes" in obj
+    data = migrate_world(obj)
+    bad = _first_non_json(data, "")
+    if bad is not None:
+        raise WorldError(f"{bad}: not a JSON value")
+    try:
+        model = World.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        parts = [f"{_path(e['loc'])}: {e['msg']}" for e in errors[:5]]
+        more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
+        raise WorldError("; ".join(parts) + more) from None
+    out = model.model_dump(mode="json", by_alias=True)
+    if not had_bytes:
+        out["bytes"] = world_bytes(out)
+    return out
+
+
+# --- capture -----------------------------------------------------------------------------------
+
+
+def _prepare(data: Mapping[str, Any]) -> dict[str, Any]:
+    """JSON safety, metadata rules, kwargs and defs filtering (before validation)."""
+    raw = dict(data)
+    state = raw.get("state")
+    metadata = state.get("metadata") if isinstance(state, Mapping) else None
+    w: dict[str, Any] = _jsonable({k: v for k, v in raw.items() if k != "bytes"}, metadata=False)
+    if isinstance(w.get("state"), dict) and isinstance(metadata, Mapping):
+        w["state"]["metadata"] = _scrub(_jsonable(metadata, metadata=True))
+    plan = w.get("plan")
+    if isinstance(plan, dict) and isinstance(plan.get("kwargs"), dict):
+        plan["kwargs"] = {k: v for k, v in plan["kwargs"].items() if k in SAFE_KWARGS}
+    tools, raw_tools = w.get("tools"), raw.get("tools")
+    if isinstance(tools, dict) and isinstance(raw_tools, Mapping) and isinstance(raw_tools.get("defs"), list):
+        contributed = set(tools.get("contributed") or ())
+        tools["defs"] = [_jsonable(d, metadata=False) for d in raw_tools["defs"]
+                         if _serializable(d) and d.get("name") not in contributed]
+    memory = w.get("memory")
+    if isinstance(memory, dict) and isinstance(memory.get("chunks"), list):
+        memory["chunks"] = [_chunk(c) for c in memory["chunks"]]
+    w.setdefault("schema", WORLD_SCHEMA)
+    w.setdefault("replayable", True)
+    return w
+
+
+def _chunk(c: Any) -> Any:
+    """A memory chunk projected on ``{key, source, content, relevance_score, metadata, pinned}``."""
+    if not isinstance(c, dict):
+        return c
+    score: Any = c.get("relevance_score")
+    text = {k: v if isinstance(v, str) else ("" if v is None else str(v))
+            for k, v in ((k, c.get(k)) for k in ("key", "source", "content"))}
+    if not (isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score)):
+        score = None
+    return {**text, "relevance_score": None if score is None else float(score),
+            "metadata": c.get("metadata") if isinstance(c.get("metadata"), dict) else {},
+            "pinned": bool(c.get("pinned"))}
+
+
+def _serializable(d: Any) -> bool:
+    if not isinstance(d, dict):
+        return False
+    try:
+        json.dumps(d, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _clip_world(w: dict[str, Any]) -> bool:
+    cut = False
+    for section, key in (("tools", "calls"), ("outcome", "transcript")):
+        items = w[section].get(key) if isinstance(w.get(section), dict) else None
+        for item in items if isinstance(items, list) else ():
+            if isinstance(item, dict) and "content" in item:
+                item["content"], c = _clip_walk(item["content"])
+                cut |= c
+    return cut
+
+
+def finalize_world(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn a captured turn into a storable ``rsi-world/1`` record (SPEC §4.1). Idempotent.
+
+    In order: JSON safety and metadata rules; image blocks anywhere → ``IMAGE_PLACEHOLDER`` text
+    blocks (sets ``images_dropped``); ``plan.kwargs`` kept to :data:`SAFE_KWARGS`; tool-call contents
+    and transcript strings clipped (sets ``truncated``); validation; the size limit (above
+    :data:`MAX_WORLD_BYTES`: ``replayable = false``, ``state.messages``, ``outcome.transcript`` emptied,
+    every tool-call content ``""``); the credential check; ``bytes``.
+
+    Raises:
+        CredentialError: a credential pattern matches a stored field (the message names the path and
+            the label only).
+        WorldError: the record is malformed (the message names the field).
+    """
+    w = _prepare(data)
+    w, dropped = _replace_images(w)
+    cut = _clip_world(w)
+    w["images_dropped"] = bool(w.get("images_dropped")) or dropped
+    w["truncated"] = bool(w.get("truncated")) or cut
+    out = validate_world(w)
+    size = world_bytes(out)
+    if size > MAX_WORLD_BYTES:
+        out["replayable"] = False
+        out["state"]["messages"] = []
+        out["outcome"]["transcript"] = []
+        for call in out["tools"]["calls"]:
+            call["content"] = ""
+        size = world_bytes(out)
+    _refuse_credentials(out)
+    out["bytes"] = size
+    return out
+
+
+# --- the read side -----------------------------------------------------------------------------
+
+
+def text_of(x: Any) -> str:
+    """Plain text of a content value (SPEC §4.1).
+
+    A string as is; a mapping with a string ``text`` and ``type`` None or ``"text"`` → that text; a
+    mapping with ``content`` → ``text_of(content)``; a list → newline-join of the non-empty texts of its
+    items, skipping ``tool_use``, ``tool_result`` and ``thinking`` blocks; anything else → ``""``.
+    """
+    if isinstance(x, str):
+        return x
+    if isinstance(x, Mapping):
+        if isinstance(x.get("text"), str) and x.get("type") in (None, "text"):
+            return str(x["text"])
+        if "content" in x:
+            return text_of(x["content"])
+        return ""
+    if isinstance(x, list):
+        skip = ("tool_use", "tool_result", "thinking")
+        texts = (text_of(i) for i in x if not (isinstance(i, Mapping) and i.get("type") in skip))
+        return "\n".join(t for t in texts if t)
+    return ""
+
+
+def new_world_id() -> str:
+    """``"w_" + 24 lowercase hex`` (random)."""
+    return "w_" + secrets.token_hex(12)
+
+
+def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    v = data.get(key)
+    return v if isinstance(v, Mapping) else {}
+
+
+@dataclass
+class TurnWorld:
+    """A stored world with its row fields. Properties read ``data`` defensively (any stored version)."""
+
+    id: str
+    data: dict[str, Any]
+    signals: dict[str, Any] = field(default_factory=dict)
+    interaction_id: str = ""
+    seq: int = 0
+    """Position in its conversation (SQL), 1-based; 0 = unknown."""
+
+    @property
+    def replayable(self) -> bool:
+        """``schema == rsi-world/1``, ``replayable`` (default true) and a non-empty ``plan``."""
+        return (self.data.get("schema") == WORLD_SCHEMA and bool(self.data.get("replayable", True))
+                and bool(self.data.get("plan")))
+
+    @property
+    def request(self) -> str:
+        """``text_of(input)``, stripped."""
+        return text_of(self.data.get("input")).strip()
+
+    @property
+    def answer(self) -> str:
+        """``outcome.final_text``."""
+        return str(_section(self.data, "outcome").get("final_text") or "")
+
+    @property
+    def history(self) -> list[Any]:
+        """``state.messages`` (the earlier conversation)."""
+        return list(_section(self.data, "state").get("messages") or [])
+
+    @property
+    def tool_calls(self) -> list[Any]:
+        """``tools.calls``."""
+        return list(_section(self.data, "tools").get("calls") or [])
+
+    @property
+    def clock(self) -> float:
+        """Turn start, epoch seconds (0.0 if absent)."""
+        return float(self.data.get("clock") or 0.0)
+
+    @property
+    def harness_version(self) -> str | None:
+        """The version that ran the turn."""
+        v = self.data.get("harness_version")
+        return v if isinstance(v, str) else None
+
+    @property
+    def model(self) -> str | None:
+        """The policy model of the turn."""
+        v = self.data.get("model")
+        return v if isinstance(v, str) else None
+
+    @property
+    def conversation(self) -> str:
+        """The conversation key: the row's ``interaction_id``, else the record's."""
+        return self.interaction_id or str(self.data.get("interaction_id") or "")
+
+    def preview(self, n: int = 160) -> str:
+        """The request with whitespace collapsed, cut to ``n`` characters (last one ``…`` when cut)."""
+        text = " ".join(self.request.split())
+        return text if len(text) <= n else text[: max(0, n - 1)] + "…"
+
+
+def previous_in_conversation(worlds: Sequence[TurnWorld], cur: TurnWorld) -> TurnWorld | None:
+    """The latest world of ``cur``'s conversation before it, by ``(seq, clock)``; None if there is none
+    or ``cur`` has no conversation key."""
+    conv = cur.conversation
+    if not conv:
+        return None
+    key = (cur.seq, cur.clock)
+    earlier = [w for w in worlds if w.id != cur.id and w.conversation == conv and (w.seq, w.clock) < key]
+    return max(earlier, key=lambda w: (w.seq, w.clock), default=None)
