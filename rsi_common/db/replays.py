@@ -1,0 +1,100 @@
+"""Replay-trial rows (SPEC §3.6.2): insert-if-absent on ``(run_id, candidate, world_id, trial)``.
+
+The unique key is the idempotency key of the ``replay_trial`` task (ARCHITECTURE §3): a
+redelivered or duplicated trial finds the stored row and returns it, so a trial is never counted
+twice. Runs inside the caller's transaction; never commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, get_args
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from rsi_common.db.models import ReplayRow, ReplaySource, ReplayStatus
+from rsi_common.errors import InvalidInput
+
+__all__ = ["get_replay_row", "replay_rows", "save_replay_row"]
+
+_KEY = ("run_id", "candidate", "world_id", "trial")
+
+
+def get_replay_row(
+    session: Session, run_id: str, candidate: str, world_id: str, trial: int
+) -> ReplayRow | None:
+    """The stored row of one trial slot, or ``None``."""
+    return session.execute(
+        sa.select(ReplayRow)
+        .where(
+            ReplayRow.run_id == run_id,
+            ReplayRow.candidate == candidate,
+            ReplayRow.world_id == world_id,
+            ReplayRow.trial == trial,
+        )
+        .execution_options(populate_existing=True)
+    ).scalar_one_or_none()
+
+
+def save_replay_row(
+    session: Session,
+    run_id: str,
+    candidate: str,
+    world_id: str,
+    trial: int,
+    *,
+    status: str,
+    reward: float = 0.0,
+    weight: float = 0.0,
+    tokens: int | None = None,
+    result: Mapping[str, Any] | None = None,
+    source: str = "replay",
+) -> tuple[ReplayRow, bool]:
+    """Store a trial's row unless its slot already has one.
+
+    ``INSERT … ON CONFLICT DO NOTHING`` on the unique slot key, then read the slot: concurrent
+    duplicates on PostgreSQL wait for the first insert's commit and then find its row.
+
+    Args:
+        status: ``ok``, ``missing`` or ``cancelled``.
+        reward, weight: the trial's reward r and weight w (``r·w`` = passed criteria).
+        tokens: policy tokens, ``None`` if unknown.
+        result: ReplayResult JSON, verdicts and new verdict-cache entries.
+        source: ``recorded``, ``cached`` or ``replay``.
+
+    Returns:
+        ``(row, created)`` — the stored row (the first one for a duplicate, unchanged) and whether
+        this call inserted it.
+
+    Raises:
+        InvalidInput: unknown status or source, negative trial.
+    """
+    if status not in get_args(ReplayStatus):
+        raise InvalidInput(f"replay status must be one of {get_args(ReplayStatus)}, got {status!r}")
+    if source not in get_args(ReplaySource):
+        raise InvalidInput(f"replay source must be one of {get_args(ReplaySource)}, got {source!r}")
+    if trial < 0:
+        raise InvalidInput("trial must be >= 0")
+    values: dict[str, Any] = {
+        "run_id": run_id, "candidate": candidate, "world_id": world_id, "trial": trial,
+        "source": source, "status": status, "reward": float(reward), "weight": float(weight),
+        "tokens": tokens, "result": dict(result) if result is not None else None,
+    }
+    if session.get_bind().dialect.name == "postgresql":
+        stmt: Any = postgresql.insert(ReplayRow).values(**values).on_conflict_do_nothing(index_elements=_KEY)
+    else:
+        stmt = sqlite.insert(ReplayRow).values(**values).on_conflict_do_nothing(index_elements=_KEY)
+    created = session.execute(stmt.returning(ReplayRow.id)).scalar_one_or_none() is not None
+    row = get_replay_row(session, run_id, candidate, world_id, trial)
+    assert row is not None
+    return row, created
+
+
+def replay_rows(session: Session, run_id: str, candidate: str | None = None) -> list[ReplayRow]:
+    """The run's trial rows (of one candidate, or all), in insertion order."""
+    stmt = sa.select(ReplayRow).where(ReplayRow.run_id == run_id)
+    if candidate is not None:
+        stmt = stmt.where(ReplayRow.candidate == candidate)
+    return list(session.execute(stmt.order_by(ReplayRow.id)).scalars())

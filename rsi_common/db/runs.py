@@ -1,0 +1,397 @@
+"""Run rows: open (idempotent per fence), round parameters and drafts, the fenced final write,
+listing, retention and the sweeper's queries.
+
+Every function runs inside the caller's transaction and never commits. Writers of a run row
+lock its agent first (:func:`~rsi_common.db.agents.lock_agent`) and re-read the run row
+``FOR UPDATE``; the sweeper's :func:`mark_interrupted` is a conditional ``UPDATE … WHERE status =
+'running'``. So a final write and a sweep of the same run never both win.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from rsi_common.db.agents import add_harness, lock_agent
+from rsi_common.db.models import RUN_STATUSES, AgentRow, ReplayRow, RunRow
+from rsi_common.db.sqltypes import db_ago, db_now
+from rsi_common.errors import ErrorRecord, InvalidInput
+
+__all__ = [
+    "KEPT_REASON",
+    "SUPERSEDED_REASON",
+    "Adoption",
+    "FinalOutcome",
+    "FinalWrite",
+    "final_write",
+    "finish_run",
+    "get_run",
+    "mark_interrupted",
+    "retain_runs",
+    "running_runs",
+    "runs",
+    "set_run_drafts",
+    "set_run_params",
+    "skip_run",
+    "stale_runs",
+    "start_run",
+]
+
+SUPERSEDED_REASON = "superseded"
+KEPT_REASON = "the harness changed during the run; not adopted"
+FinalOutcome = Literal["written", "adopted", "kept", "superseded"]
+_FINAL_STATUSES = ("recorded", "kept", "failed", "adopted", "skipped")
+_NEWEST = (RunRow.started_at.desc(), sa.func.coalesce(RunRow.fence, 0).desc(), RunRow.id.desc())
+
+
+def _run_id() -> str:
+    return "run_" + secrets.token_hex(12)
+
+
+def get_run(session: Session, run_id: str, *, for_update: bool = False) -> RunRow:
+    """The run row, freshly read (``FOR UPDATE`` on PostgreSQL when asked).
+
+    Raises:
+        InvalidInput: no such run.
+    """
+    stmt = sa.select(RunRow).where(RunRow.id == run_id).execution_options(populate_existing=True)
+    row = session.execute(stmt.with_for_update() if for_update else stmt).scalar_one_or_none()
+    if row is None:
+        raise InvalidInput(f"unknown run {run_id!r}")
+    return row
+
+
+def start_run(
+    session: Session,
+    agent_id: str,
+    *,
+    fence: int,
+    io_id: str | None,
+    kind: str = "consolidate",
+    run_id: str | None = None,
+    retention: int | None = 200,
+) -> RunRow:
+    """Open the ``running`` row of the run holding ``fence`` (SPEC §3.3 step 1).
+
+    Idempotent on ``(agent_id, fence)``: a redelivered task gets the stored row back, whatever its
+    status. ``start_version`` is the agent's current version (``None`` = H0) read under the agent
+    lock. Then the agent's run retention is applied.
+
+    Raises:
+        UnknownAgentError: no such agent.
+    """
+    lock_agent(session, agent_id)
+    existing = session.execute(
+        sa.select(RunRow)
+        .where(RunRow.agent_id == agent_id, RunRow.fence == fence)
+        .execution_options(populate_existing=True)
+    ).scalar_one_or_none()
+    if existing is not None:
+        return existing
+    agent = session.get(AgentRow, agent_id)
+    assert agent is not None
+    row = RunRow(
+        id=run_id or _run_id(),
+        agent_id=agent_id,
+        kind=kind,
+        io_id=io_id,
+        status="running",
+        start_version=agent.current_version,
+        fence=fence,
+    )
+    session.add(row)
+    session.flush()
+    if retention is not None:
+        retain_runs(session, agent_id, retention)
+    return row
+
+
+def skip_run(
+    session: Session, agent_id: str, *, io_id: str | None, reason: str, kind: str = "consolidate"
+) -> RunRow:
+    """Record a turn that gets no consolidation as one finished ``skipped`` row without a fence
+    (SPEC §3.12.4, e.g. "provider runs its own loop")."""
+    agent = lock_agent(session, agent_id)
+    row = RunRow(
+        id=_run_id(), agent_id=agent_id, kind=kind, io_id=io_id, status="skipped", reason=reason,
+        start_version=agent.current_version, fence=None, result={"status": "skipped", "reason": reason},
+    )
+    row.finished_at = db_now()
+    session.add(row)
+    session.flush()
+    session.refresh(row)
+    return row
+
+
+def _set_running_field(session: Session, run_id: str, **values: Any) -> bool:
+    result = session.execute(
+        sa.update(RunRow)
+        .where(RunRow.id == run_id, RunRow.status == "running")
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(getattr(result, "rowcount", 0))
+
+
+def set_run_params(session: Session, run_id: str, params: Mapping[str, Any]) -> bool:
+    """Store the round parameters (SPEC §3.3 step 10) on a ``running`` run; False if it is closed."""
+    return _set_running_field(session, run_id, params=dict(params))
+
+
+def set_run_drafts(session: Session, run_id: str, drafts: Mapping[str, Any]) -> bool:
+    """Store the drafts (label → draft, SPEC §3.3 step 12) on a ``running`` run; False if it is closed."""
+    return _set_running_field(session, run_id, drafts=dict(drafts))
+
+
+def finish_run(
+    session: Session,
+    run_id: str,
+    status: str,
+    *,
+    reason: str | None = None,
+    result: Mapping[str, Any] | None = None,
+    error: ErrorRecord | Mapping[str, Any] | None = None,
+) -> bool:
+    """Close a ``running`` run without touching its agent (no state, no fence, no adoption).
+
+    For closes that must not write anything else (e.g. ``skipped`` because the agent is frozen).
+    Results that carry state or an adoption go through :func:`final_write`.
+
+    Returns:
+        True if the row was running and is now closed; False if it was already closed.
+
+    Raises:
+        InvalidInput: ``status`` is not a final status, or ``adopted``.
+    """
+    if status not in RUN_STATUSES or status in ("running", "adopted"):
+        raise InvalidInput(f"finish_run cannot set status {status!r}")
+    return _set_running_field(
+        session, run_id, status=status, reason=reason,
+        result=dict(result) if result is not None else None,
+        error=dict(error) if error is not None else None, finished_at=db_now(),
+    )
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """The winner of a run, adopted by :func:`final_write` (SPEC §3.12.7 c)."""
+
+    version: str
+    """Content-addressed version id of ``payload``."""
+    payload: Mapping[str, Any]
+    """Harness payload ``{manifest, files, version}`` (SPEC §5.3)."""
+    summary: Mapping[str, Any] | None = None
+    """Stored on the ``rsi_harnesses`` row; default: the run's result."""
+
+
+@dataclass(frozen=True)
+class FinalWrite:
+    """What :func:`final_write` did.
+
+    ``outcome``: ``superseded`` (7a: nothing written, or the run row marked ``interrupted`` —
+    ``run.status`` tells which), ``kept`` (7b: rollback won; run row and ``applied_fence`` only),
+    ``written`` (7c without adoption), ``adopted`` (7c with adoption).
+    """
+
+    outcome: FinalOutcome
+    run: RunRow
+    agent: AgentRow
+
+    @property
+    def applied(self) -> bool:
+        """True when the run's result (and state) were written (7c)."""
+        return self.outcome in ("written", "adopted")
+
+
+def _close(run: RunRow, status: str, reason: str | None, result: Mapping[str, Any] | None,
+           error: Mapping[str, Any] | None, adopted_version: str | None) -> None:
+    run.status = status
+    run.reason = reason
+    run.result = dict(result) if result is not None else None
+    run.error = dict(error) if error is not None else None
+    run.adopted_version = adopted_version
+    run.finished_at = db_now()
+
+
+def _flush(session: Session, *rows: RunRow | AgentRow) -> None:
+    session.flush()
+    for row in rows:  # read back the values the database clock filled in
+        session.refresh(row)
+
+
+def final_write(
+    session: Session,
+    run_id: str,
+    *,
+    status: str,
+    reason: str | None = None,
+    result: Mapping[str, Any] | None = None,
+    state: Mapping[str, Any] | None = None,
+    adoption: Adoption | None = None,
+    error: ErrorRecord | Mapping[str, Any] | None = None,
+) -> FinalWrite:
+    """The fenced compare-and-swap final write of a run (SPEC §3.12.7), on the locked agent row.
+
+    a. The run row is not ``running`` any more, or ``applied_fence ≥ run.fence`` (a newer run
+       wrote) → ``superseded``: a ``running`` row becomes ``interrupted`` ("superseded"); a row
+       already closed (swept, or this same write redelivered) is left as it is; nothing else.
+    b. Adopting and ``current_version ≠ start_version`` (rollback, pin or clone meanwhile) →
+       ``kept``: run row ``kept`` with :data:`KEPT_REASON` (``result`` copied with that status,
+       reason, ``adopted: false`` and ``version = start_version``) and ``applied_fence``; the state
+       is **not** saved.
+    c. Otherwise ``state`` (when not ``None``; a ``failed`` run passes ``None`` and leaves the state
+       unchanged, SPEC §3.12.8), ``applied_fence = fence``, the run row (status, reason, result,
+       error, ``adopted_version``, ``finished_at``) and, when adopting, the ``rsi_harnesses`` row
+       (``parent_version = start_version``; an already stored version keeps its first row) and
+       ``current_version``.
+
+    Args:
+        session: session inside a transaction (the caller commits).
+        run_id: the run.
+        status: result status: ``recorded``, ``kept``, ``failed``, ``skipped`` or ``adopted``
+            (``adopted`` ⇔ ``adoption`` given).
+        reason: one sentence.
+        result: ``ConsolidationResult.summary()`` (no payload).
+        state: the consolidation state to save, or ``None`` to keep the stored one.
+        adoption: the winner to adopt.
+        error: ``{type, message}`` when an exception failed the run.
+
+    Raises:
+        InvalidInput: unknown run, run without a fence, bad status/adoption combination.
+    """
+    if status not in _FINAL_STATUSES:
+        raise InvalidInput(f"final status must be one of {_FINAL_STATUSES}, got {status!r}")
+    if (status == "adopted") != (adoption is not None):
+        raise InvalidInput("status 'adopted' requires an adoption, and only it")
+    agent_id = get_run(session, run_id).agent_id
+    agent = lock_agent(session, agent_id)
+    run = get_run(session, run_id, for_update=True)
+    if run.fence is None:
+        raise InvalidInput(f"run {run_id!r} has no fence")
+    if run.status != "running" or agent.applied_fence >= run.fence:
+        if run.status == "running":
+            _close(run, "interrupted", SUPERSEDED_REASON, {"status": "interrupted", "reason":
+                   SUPERSEDED_REASON}, None, None)
+            _flush(session, run, agent)
+        return FinalWrite("superseded", run, agent)
+    if adoption is not None and agent.current_version != run.start_version:
+        kept = None if result is None else {
+            **result, "status": "kept", "reason": KEPT_REASON, "adopted": False,
+            "version": run.start_version,
+        }
+        _close(run, "kept", KEPT_REASON, kept, error, None)
+        agent.applied_fence = run.fence
+        _flush(session, run, agent)
+        return FinalWrite("kept", run, agent)
+    if state is not None:
+        agent.state = dict(state)
+    agent.applied_fence = run.fence
+    if adoption is not None:
+        add_harness(
+            session, agent_id, adoption.version, adoption.payload, parent_version=run.start_version,
+            run_id=run.id, summary=adoption.summary if adoption.summary is not None else result,
+        )
+        agent.current_version = adoption.version
+    _close(run, status, reason, result, error, adoption.version if adoption else None)
+    _flush(session, run, agent)
+    return FinalWrite("adopted" if adoption else "written", run, agent)
+
+
+def runs(session: Session, agent_id: str, limit: int = 50) -> list[RunRow]:
+    """The agent's latest runs, newest first (``started_at``, then fence)."""
+    return list(
+        session.execute(
+            sa.select(RunRow).where(RunRow.agent_id == agent_id).order_by(*_NEWEST).limit(max(0, limit))
+        ).scalars()
+    )
+
+
+def running_runs(session: Session, agent_id: str | None = None) -> list[RunRow]:
+    """Runs with status ``running`` (of one agent, or all), oldest first."""
+    stmt = sa.select(RunRow).where(RunRow.status == "running")
+    if agent_id is not None:
+        stmt = stmt.where(RunRow.agent_id == agent_id)
+    return list(session.execute(stmt.order_by(RunRow.started_at, RunRow.id)).scalars())
+
+
+def retain_runs(session: Session, agent_id: str, keep: int) -> int:
+    """Delete the agent's runs beyond the ``keep`` newest, with their replay rows.
+
+    ``running`` rows are never deleted. The caller holds the agent lock. Returns the run count.
+    """
+    if keep < 0:
+        raise ValueError("keep must be >= 0")
+    kept = sa.select(RunRow.id).where(RunRow.agent_id == agent_id).order_by(*_NEWEST).limit(keep)
+    doomed = list(
+        session.execute(
+            sa.select(RunRow.id).where(
+                RunRow.agent_id == agent_id,
+                RunRow.status != "running",
+                RunRow.id.not_in(kept.scalar_subquery()),
+            )
+        ).scalars()
+    )
+    if not doomed:
+        return 0
+    session.execute(
+        sa.delete(ReplayRow).where(ReplayRow.run_id.in_(doomed)).execution_options(synchronize_session=False)
+    )
+    session.execute(
+        sa.delete(RunRow).where(RunRow.id.in_(doomed)).execution_options(synchronize_session=False)
+    )
+    return len(doomed)
+
+
+def stale_runs(session: Session, lease_expired_ids: Iterable[str], stale_s: float) -> list[RunRow]:
+    """``running`` runs the sweeper must close (SPEC §3.12.3).
+
+    Args:
+        lease_expired_ids: ids of running runs whose lease the sweeper found expired (no lease for
+            the agent, or a lease of another fence: ``Coordinator.lease_holder``).
+        stale_s: a running run that started more than this many seconds ago, by the database
+            clock, is stale whatever its lease says (``RSI_RUN_STALE_S``).
+
+    Returns:
+        The union, oldest first.
+    """
+    ids = list(lease_expired_ids)
+    cond = RunRow.started_at < db_ago(stale_s)
+    if ids:
+        cond = sa.or_(cond, RunRow.id.in_(ids))
+    return list(
+        session.execute(
+            sa.select(RunRow).where(RunRow.status == "running", cond).order_by(RunRow.started_at, RunRow.id)
+        ).scalars()
+    )
+
+
+def mark_interrupted(session: Session, run_ids: Iterable[str], reason: str = "lease expired") -> list[str]:
+    """Close the given runs that are still ``running`` as ``interrupted``; nothing else is written.
+
+    The runs' agents are locked first (in id order), like every other writer of run rows.
+
+    Returns:
+        The ids actually changed (a run closed meanwhile by its own final write is left alone).
+    """
+    ids = list(run_ids)
+    if not ids:
+        return []
+    agents = session.execute(
+        sa.select(RunRow.agent_id).where(RunRow.id.in_(ids), RunRow.status == "running").distinct()
+    ).scalars()
+    for agent_id in sorted(agents):  # same lock order as final_write (agent, then run): no deadlock
+        lock_agent(session, agent_id)
+    changed = session.execute(
+        sa.update(RunRow)
+        .where(RunRow.id.in_(ids), RunRow.status == "running")
+        .values(status="interrupted", reason=reason, finished_at=db_now(),
+                result={"status": "interrupted", "reason": reason})
+        .returning(RunRow.id)
+        .execution_options(synchronize_session=False)
+    ).scalars()
+    return sorted(changed)

@@ -1,0 +1,220 @@
+"""Value types of the turn engine K0 (SPEC §7.1, §7.3): plans, tool definitions, results.
+
+Message and block shapes follow the model interface of :mod:`rsi_common.llm` (Anthropic-style
+blocks ``text``, ``tool_use``, ``tool_result``, ``thinking``, ``image``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "MODEL_DEFAULTS",
+    "Action",
+    "Decision",
+    "MemoryProvider",
+    "ParsedStep",
+    "RetryPolicy",
+    "Signal",
+    "ToolDef",
+    "ToolExecutor",
+    "ToolOutput",
+    "ToolResult",
+    "TurnPlan",
+    "TurnResult",
+    "TurnStatus",
+]
+
+TurnStatus = Literal["completed", "suspended", "blocked", "failed", "cancelled"]
+"""Turn status (SPEC §1.2, §7.3); ``cancelled`` happens only in replays."""
+
+Action = Literal["continue", "complete", "suspend", "error", "escalate"]
+"""The control decision (SPEC §5.6 *Control*)."""
+
+Signal = Literal["complete", "blocked", "error"]
+"""A completion signal found by the output detector."""
+
+DEFAULT_MAX_TOKENS = 8192
+
+MODEL_DEFAULTS: Mapping[str, Any] = {
+    "max_tokens": DEFAULT_MAX_TOKENS,
+    "temperature": 0.7,
+    "thinking_level": None,
+    "enable_compaction": True,
+    "context_window_budget": 200_000,
+    "max_iterations": 20,
+    "max_turn_tokens": None,
+}
+"""Kernel model config defaults (SPEC §7.1); each is overridable by a host kwarg only."""
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool returned: ``content`` (a string or a list of content blocks) and ``is_error``."""
+
+    content: str | list[dict[str, Any]]
+    is_error: bool = False
+
+
+ToolOutput = str | list[dict[str, Any]] | ToolResult
+"""An executor may return plain text, a list of blocks, or a :class:`ToolResult`."""
+
+ToolExecutor = Callable[[dict[str, Any]], ToolOutput]
+"""A host executor: called with a private copy of the tool input; exceptions become error results.
+
+Permissions, confirmations and sandboxing are the executor's business (SPEC §7.2 stage tools).
+Executors may be called from worker threads (executor ``parallel`` / ``partition``).
+"""
+
+
+@dataclass(frozen=True)
+class ToolDef:
+    """One tool of a turn (SPEC §7.1).
+
+    Attributes:
+        name: unique tool name.
+        description: shown to the model; the first line is used in the deferred-tool listing.
+        input_schema: JSON schema of the input object.
+        core: always exposed (False = deferred until activated, e.g. by ``ToolSearch``).
+        activated: a deferred tool that is exposed from the start.
+        guide: the output guides the model to a tool family and does not depend on its arguments.
+        family: tool family name used by reachability gating.
+        read_only: the tool has no side effects (may run in parallel under ``partition``).
+        live: set only on kernel built-ins; a host value ``True`` on any other name is ignored.
+        executor: the host executor; ``None`` makes every call an error result.
+    """
+
+    name: str
+    description: str = ""
+    input_schema: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+    core: bool = True
+    activated: bool = False
+    guide: bool = False
+    family: str | None = None
+    read_only: bool = False
+    live: bool = False
+    executor: ToolExecutor | None = field(default=None, compare=False, repr=False)
+
+    def model_view(self) -> dict[str, Any]:
+        """The definition sent to the model: ``{name, description, input_schema}``."""
+        return {"name": self.name, "description": self.description, "input_schema": dict(self.input_schema)}
+
+
+class MemoryProvider(Protocol):
+    """A host memory store (SPEC §4.1 ``memory``, §5.6 *Memory*).
+
+    ``retrieve`` returns chunks ``{key, source, content, relevance_score, metadata, pinned}``.
+    Writers also implement ``archive(messages: list[dict]) -> None``; a replay provider has the
+    class attribute ``rsi_replay = True`` and no write path.
+    """
+
+    def retrieve(self, query: str, timeout_s: float) -> list[dict[str, Any]]: ...
+
+
+def _now() -> float:
+    return time.time()
+
+
+@dataclass
+class TurnPlan:
+    """Everything the host gives K0 for one turn (SPEC §7.1).
+
+    ``credentials`` is never captured in a world, trajectory or log (ARCHITECTURE invariant 7);
+    it is excluded from ``repr``. ``kwargs`` holds host overrides (``SAFE_KWARGS`` are recorded in
+    the world; ``max_turn_tokens`` is honoured but not recorded). ``clock`` is the turn clock in
+    epoch seconds (default: now); time-dependent prompt blocks use it.
+    """
+
+    input: str | list[dict[str, Any]]
+    agent_id: str = ""
+    io_id: str = ""
+    interaction_id: str = ""
+    session_id: str = ""
+    provider: str = ""
+    model: str = ""
+    credentials: Mapping[str, str] | None = field(default=None, repr=False)
+    name: str = ""
+    system_parts: Sequence[tuple[str, str] | list[str]] = ()
+    messages: Sequence[Mapping[str, Any]] = ()
+    tools: Sequence[ToolDef] = ()
+    memory: MemoryProvider | None = None
+    output_schema: Mapping[str, Any] | None = None
+    turn_notes: Sequence[str] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    clock: float = field(default_factory=_now)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Model-call retries on :class:`~rsi_common.errors.ModelTransientError` (SPEC §7.3).
+
+    ``retries`` extra attempts with delays ``backoff_s · 2^i`` seconds (1 s, 2 s, 4 s by default).
+    Tests pass ``RetryPolicy(backoff_s=0.0)``.
+    """
+
+    retries: int = 3
+    backoff_s: float = 1.0
+
+    def delays_s(self) -> tuple[float, ...]:
+        """The sleep before each retry, in seconds."""
+        return tuple(self.backoff_s * (2**i) for i in range(max(0, self.retries)))
+
+
+@dataclass(frozen=True)
+class ParsedStep:
+    """The output component's reading of one model response (SPEC §5.6 *Output*)."""
+
+    final_text: str
+    tool_calls: list[dict[str, Any]]
+    signal: Signal | None = None
+    signal_message: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A control decision plus the termination reason it implies (``""`` → the default)."""
+
+    action: Action
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass
+class TurnResult:
+    """The outcome of :func:`rsi_common.kernel.run_turn`.
+
+    Attributes:
+        answer: the settled final text.
+        status / termination_reason: SPEC §7.3 mapping.
+        world: the finalized world record (``rsi-world/1``), or None when capture was off or refused.
+        trajectory: the content-free trajectory record (SPEC §7.5).
+        params_read: sorted ``<id>.params.<key>`` addresses read by the harness's components.
+        policy_tokens: c(τ) = Σ input + output tokens over every model call of the turn (§7.4).
+        steps: main model calls that returned a response.
+        transcript: the messages of this turn (from the input message on), unclipped.
+        error: ``"<termination_reason>: <message>"`` when the turn failed, else ``""``.
+        usage: billing usage of ``main`` calls only ``{calls, input_tokens, output_tokens, ...}``.
+        ledger: every model call of the turn (``CallRecord.to_json()`` dicts).
+        events: kernel events (``{"type": ..., ...}``), content-free.
+    """
+
+    answer: str
+    status: TurnStatus
+    termination_reason: str
+    world: dict[str, Any] | None
+    trajectory: dict[str, Any]
+    params_read: list[str]
+    policy_tokens: int
+    steps: int
+    transcript: list[dict[str, Any]]
+    error: str = ""
+    usage: dict[str, int] = field(default_factory=dict)
+    ledger: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)

@@ -1,0 +1,1 @@
+"""Benchmarks behind ``rsi bench …`` (measured targets of each issue); not tests."""
