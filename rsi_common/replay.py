@@ -398,6 +398,8 @@ def replay_world(
         plan = replay_plan(world, policy, book)
         client = (llm_factory or _default_factory(settings))(policy)
         lineage = "h0" if harness.version == H0_VERSION else "agent"
+        if retry is None and settings is not None:
+            retry = RetryPolicy.from_settings(settings)
         turn = run_turn(plan, harness, client, record_world=False, seed=seed, cancelled=cancelled,
                         retry=retry, sleep=sleep, lineage=lineage)
     except Exception as exc:  # recorded against the candidate as a missing trial

@@ -6,6 +6,11 @@ blocks ``text``, ``tool_use``, ``tool_result``, ``thinking``, ``image``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rsi_common.config import Settings
+
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -161,6 +166,11 @@ class RetryPolicy:
 
     retries: int = 3
     backoff_s: float = 1.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RetryPolicy:
+        """``model_max_retries`` retries starting at ``model_backoff_s`` (tests set it to 0)."""
+        return cls(retries=settings.model_max_retries, backoff_s=settings.model_backoff_s)
 
     def delays_s(self) -> tuple[float, ...]:
         """The sleep before each retry, in seconds."""

@@ -71,6 +71,7 @@ class AnthropicClient:
         *,
         base_url: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        max_retries: int | None = None,
     ) -> None:
         self.model = model
         url = base_url or settings.anthropic_base_url
@@ -86,7 +87,11 @@ class AnthropicClient:
             max_retries=0,
         )
         self._policy = RetryPolicy(
-            "anthropic", settings.model_max_retries, settings.model_backoff_s, (key,), sleep
+            "anthropic",
+            settings.model_max_retries if max_retries is None else max_retries,
+            settings.model_backoff_s,
+            (key,),
+            sleep,
         )
 
     def complete(self, request: ModelRequest) -> ModelResponse:

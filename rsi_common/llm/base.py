@@ -299,6 +299,10 @@ def make_client(
 ) -> ModelClient:
     """Build a client.
 
+    One retry layer per call path (project decision): the kernel retries the calls it makes
+    (SPEC §7.2, roles ``policy`` and ``compact``), so real clients built for those roles do not
+    retry themselves; clients of the consolidation roles retry ``settings.model_max_retries`` times.
+
     Args:
         provider: ``sim``, ``anthropic`` or ``openai``.
         model: Model name (the sim accepts any).
@@ -312,6 +316,7 @@ def make_client(
     """
     if role not in ROLE_NAMES:
         raise InvalidInput(f"unknown model role {role!r}; expected one of {', '.join(ROLE_NAMES)}")
+    retries = _client_retries(role, settings)
     if provider == "sim":
         from rsi_common.llm.sim import SimClient
 
@@ -319,12 +324,20 @@ def make_client(
     if provider == "anthropic":
         from rsi_common.llm.anthropic import AnthropicClient
 
-        return AnthropicClient(model, settings, base_url=base_url)
+        return AnthropicClient(model, settings, base_url=base_url, max_retries=retries)
     if provider == "openai":
         from rsi_common.llm.openai import OpenAIClient
 
-        return OpenAIClient(model, settings, base_url=base_url)
+        return OpenAIClient(model, settings, base_url=base_url, max_retries=retries)
     raise InvalidInput(f"unknown model provider {provider!r}; expected sim, anthropic or openai")
+
+
+KERNEL_ROLES = ("policy", "compact")
+"""Roles whose calls the kernel makes and retries itself."""
+
+
+def _client_retries(role: str, settings: Settings) -> int:
+    return 0 if role in KERNEL_ROLES else settings.model_max_retries
 
 
 def role_client(role: str, agent_provider: str, agent_model: str, settings: Settings) -> ModelClient:

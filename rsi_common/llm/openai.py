@@ -71,6 +71,7 @@ class OpenAIClient:
         *,
         base_url: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        max_retries: int | None = None,
     ) -> None:
         self.model = model
         url = base_url or settings.openai_base_url
@@ -87,7 +88,11 @@ class OpenAIClient:
             max_retries=0,
         )
         self._policy = RetryPolicy(
-            "openai", settings.model_max_retries, settings.model_backoff_s, (key,), sleep
+            "openai",
+            settings.model_max_retries if max_retries is None else max_retries,
+            settings.model_backoff_s,
+            (key,),
+            sleep,
         )
 
     def complete(self, request: ModelRequest) -> ModelResponse:
