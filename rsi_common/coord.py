@@ -305,7 +305,7 @@ class Coordinator:
 
     def __init__(
         self,
-        client: redis.Redis[Any],
+        client: redis.Redis,
         lease_s: float,
         *,
         run_ttl_s: float = DEFAULT_RUN_TTL_S,
@@ -402,7 +402,7 @@ class Coordinator:
         Returns:
             True if the hash was created by this call.
         """
-        args = [
+        args: list[str | int] = [
             _check_int("R", R), _check_float("S_star", S_star), _check_float("delta", delta),
             _check_float("S_t", S_t), self.run_ttl_ms, repr(self.margin),
         ]

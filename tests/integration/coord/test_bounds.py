@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import pytest
 import redis
@@ -16,11 +15,11 @@ from rsi_common.math.bounds import FLOAT_GUARD, can_stop_exactly
 from tests.integration.coord.conftest import run_keys
 
 
-def test_margin_is_the_spec_guard(redis_client: redis.Redis[Any]) -> None:
+def test_margin_is_the_spec_guard(redis_client: redis.Redis) -> None:
     assert Coordinator(redis_client, lease_s=60).margin == FLOAT_GUARD == 1e-9
 
 
-def test_spec_example_1_stops_after_the_sixth_zero(redis_client: redis.Redis[Any]) -> None:
+def test_spec_example_1_stops_after_the_sixth_zero(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=60)
     assert coord.init_bounds("r1", "A", 16, 0.75, 0.0625, 0.75)
     flags = [coord.report_trial("r1", "A", f"w{i // 2}#{i % 2}", 0, 1) for i in range(7)]
@@ -29,7 +28,7 @@ def test_spec_example_1_stops_after_the_sixth_zero(redis_client: redis.Redis[Any
     assert coord.is_cancelled("r1", "A") and not coord.is_cancelled("r1", "B")
 
 
-def test_spec_example_2_with_a_missing_trial(redis_client: redis.Redis[Any]) -> None:
+def test_spec_example_2_with_a_missing_trial(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=60)
     s_star, delta = 8 / 14, 0.196061
     coord.init_bounds("r1", "A", 14, s_star, delta, s_star)
@@ -43,7 +42,7 @@ def test_spec_example_2_with_a_missing_trial(redis_client: redis.Redis[Any]) -> 
     assert coord.bounds("r1", "B") == Bounds(0, 7, 7, s_star, delta, s_star)
 
 
-def test_spec_examples_3_and_4(redis_client: redis.Redis[Any]) -> None:
+def test_spec_examples_3_and_4(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=60)
     coord.init_bounds("r3", "X", 5 + 20, 0.80, 0.02, 0.70)  # S_t binds: (13, 20, 5) -> 0.72 >= S_t
     assert not coord.report_trial("r3", "X", "all", 13, 20)
@@ -53,7 +52,7 @@ def test_spec_examples_3_and_4(redis_client: redis.Redis[Any]) -> None:
     assert [coord.report_trial("r4", "A", f"s{i}", 0, 2) for i in range(4)] == [False, False, False, True]
 
 
-def test_redelivered_reports_are_counted_once(redis_client: redis.Redis[Any]) -> None:
+def test_redelivered_reports_are_counted_once(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=60)
     coord.init_bounds("r1", "A", 10, 0.9, 0.05, 0.9)
     coord.report_trial("r1", "A", "w1#0", 1, 2)
@@ -63,7 +62,7 @@ def test_redelivered_reports_are_counted_once(redis_client: redis.Redis[Any]) ->
     assert redis_client.scard(slots_key("r1", "A")) == 1
 
 
-def test_init_is_idempotent(redis_client: redis.Redis[Any]) -> None:
+def test_init_is_idempotent(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=60)
     assert coord.init_bounds("r1", "A", 10, 0.9, 0.05, 0.9)
     coord.report_trial("r1", "A", "w1#0", 2, 2)
@@ -71,7 +70,7 @@ def test_init_is_idempotent(redis_client: redis.Redis[Any]) -> None:
     assert coord.bounds("r1", "A") == Bounds(2, 2, 8, 0.9, 0.05, 0.9)
 
 
-def test_floats_are_stored_as_repr(redis_client: redis.Redis[Any]) -> None:
+def test_floats_are_stored_as_repr(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=60)
     coord.init_bounds("r1", "A", 3, 1 / 3, 0.1 + 0.2, 2 / 3)
     raw = {k.decode(): v.decode() for k, v in redis_client.hgetall(bound_key("r1", "A")).items()}
@@ -79,7 +78,7 @@ def test_floats_are_stored_as_repr(redis_client: redis.Redis[Any]) -> None:
                    "S_t": repr(2 / 3)}
 
 
-def test_bad_reports_are_refused(redis_client: redis.Redis[Any]) -> None:
+def test_bad_reports_are_refused(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=60)
     coord.init_bounds("r1", "A", 4, 0.9, 0.05, 0.9)
     with pytest.raises(InvalidInput):
@@ -94,13 +93,13 @@ def test_bad_reports_are_refused(redis_client: redis.Redis[Any]) -> None:
         coord.init_bounds("r1", "B", 4, float("nan"), 0.05, 0.9)
 
 
-def test_uninitialised_bounds_never_cancel(redis_client: redis.Redis[Any]) -> None:
+def test_uninitialised_bounds_never_cancel(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=60)
     assert not coord.report_trial("r1", "A", "s", 0, 1)
     assert coord.bounds("r1", "A") is None and run_keys(redis_client) == []
 
 
-def test_run_keys_expire_and_are_cleaned_up(redis_client: redis.Redis[Any]) -> None:
+def test_run_keys_expire_and_are_cleaned_up(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=60, run_ttl_s=600)
     for cand in ("A", "B"):
         coord.init_bounds("r1", cand, 2, 0.9, 0.05, 0.9)
@@ -130,7 +129,7 @@ _trial = st.tuples(st.integers(1, 4), st.floats(0.0, 1.0), st.booleans(), st.boo
     data=st.data(),
 )
 def test_report_cancels_exactly_when_can_stop_exactly_holds(
-    redis_client: redis.Redis[Any], S_star: float, delta: float, S_t: float | None,
+    redis_client: redis.Redis, S_star: float, delta: float, S_t: float | None,
     trials: list[tuple[int, float, bool, bool]], data: st.DataObject,
 ) -> None:
     """Random trial plans (weights 1-4), outcomes (passed share, missing) and redeliveries; after

@@ -6,7 +6,6 @@ import multiprocessing
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import redis
 
@@ -23,7 +22,7 @@ from tests.integration.coord._workers import race_try_begin
 from tests.integration.coord.conftest import run_keys
 
 
-def test_try_begin_takes_the_lease_or_sets_pending(redis_client: redis.Redis[Any]) -> None:
+def test_try_begin_takes_the_lease_or_sets_pending(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=60)
     lease = coord.try_begin("a1", "io1")
     assert lease is not None and (lease.agent, lease.io) == ("a1", "io1")
@@ -39,7 +38,7 @@ def test_try_begin_takes_the_lease_or_sets_pending(redis_client: redis.Redis[Any
     assert other is not None and other.token != lease.token
 
 
-def test_finish_hands_the_newest_pending_io_out_exactly_once(redis_client: redis.Redis[Any]) -> None:
+def test_finish_hands_the_newest_pending_io_out_exactly_once(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=60)
     first = coord.try_begin("a1", "io1")
     assert first is not None
@@ -58,7 +57,7 @@ def test_finish_hands_the_newest_pending_io_out_exactly_once(redis_client: redis
     assert run_keys(redis_client) == ["rsi:a1:fence"]
 
 
-def test_fences_increase_per_agent(redis_client: redis.Redis[Any]) -> None:
+def test_fences_increase_per_agent(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=60)
     fences = []
     for i in range(5):
@@ -75,7 +74,7 @@ def test_fences_increase_per_agent(redis_client: redis.Redis[Any]) -> None:
     assert fences == sorted(set(fences)) and fences[-1] - fences[0] == len(fences) - 1
 
 
-def test_fences_keep_increasing_after_redis_lost_its_data(redis_client: redis.Redis[Any]) -> None:
+def test_fences_keep_increasing_after_redis_lost_its_data(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=60)
     for i in range(3):
         lease = coord.try_begin("a1", f"io{i}")
@@ -87,7 +86,7 @@ def test_fences_keep_increasing_after_redis_lost_its_data(redis_client: redis.Re
     assert lease.fence > 10**15  # seeded from the server clock, in microseconds
 
 
-def test_renew_extends_and_expiry_loses_the_lease(redis_client: redis.Redis[Any]) -> None:
+def test_renew_extends_and_expiry_loses_the_lease(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=1)
     lease = coord.try_begin("a1", "io1")
     assert lease is not None
@@ -107,7 +106,7 @@ def test_renew_extends_and_expiry_loses_the_lease(redis_client: redis.Redis[Any]
     assert not coord.renew(lease)
 
 
-def test_sweeper_helpers(redis_client: redis.Redis[Any]) -> None:
+def test_sweeper_helpers(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=60)
     assert coord.begin_pending("a1") is None  # nothing pending
     lease = coord.try_begin("a1", "io1")
@@ -121,7 +120,7 @@ def test_sweeper_helpers(redis_client: redis.Redis[Any]) -> None:
     assert coord.lease_holder("a1") == LeaseHolder(resumed.token, resumed.fence)
 
 
-def test_64_threads_one_lease(redis_client: redis.Redis[Any]) -> None:
+def test_64_threads_one_lease(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=60)
     barrier = threading.Barrier(64)
 
@@ -155,7 +154,7 @@ def test_4_processes_64_threads_one_lease(redis_url: str) -> None:
     assert len(results) == 64
     winners = [(io, fence) for io, fence in results if fence is not None]
     assert len(winners) == 1
-    client: redis.Redis[Any] = redis.Redis.from_url(redis_endpoint)
+    client: redis.Redis = redis.Redis.from_url(redis_endpoint)
     try:
         coord = Coordinator(client, lease_s=30)
         holder = coord.lease_holder("a1")
@@ -165,7 +164,7 @@ def test_4_processes_64_threads_one_lease(redis_url: str) -> None:
         client.close()
 
 
-def test_publish_harness_change(redis_client: redis.Redis[Any]) -> None:
+def test_publish_harness_change(redis_client: redis.Redis) -> None:
     coord = Coordinator(redis_client, lease_s=60)
     pubsub = redis_client.pubsub()
     pubsub.subscribe(HARNESS_CHANNEL)
