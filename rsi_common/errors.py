@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 __all__ = [
+    "BrokerUnavailable",
     "CoordinationError",
     "CredentialError",
     "ErrorRecord",
@@ -108,6 +109,14 @@ class ReplayFailure(RsiError):
 
 class InfrastructureError(RsiError):
     """A backend failed in a way that may pass; the owner retries."""
+
+
+class BrokerUnavailable(InfrastructureError):
+    """The task broker could not be reached (or refused the message) within the dispatcher's timeout.
+
+    A host never sees it from ``RsiClient.record_turn``: the world stays stored and un-enqueued, and
+    the sweeper hands it off later.
+    """
 
 
 class ModelError(RsiError):

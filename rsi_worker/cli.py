@@ -23,6 +23,54 @@ def demo() -> None:
     typer.echo("rsi demo: not yet implemented — see README roadmap")
 
 
+@app.command()
+def consolidate(
+    agent: str = typer.Option(..., "--agent", help="The agent to consolidate."),
+    inline: bool = typer.Option(
+        False, "--inline", help="Run in this process (debugging) instead of the cluster."
+    ),
+    io: str | None = typer.Option(None, "--io", help="The triggering turn's io id (default: the newest)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the run record as JSON."),
+) -> None:
+    """Run one consolidation of AGENT and print its run record."""
+    import json
+
+    from rsi_common.config import Settings
+    from rsi_common.db import load_latest_worlds
+    from rsi_worker.consolidate import consolidate_inline
+    from rsi_worker.wiring import open_runtime
+
+    if not inline:
+        typer.echo(
+            "rsi consolidate without --inline needs the Celery cluster (not yet available); use --inline",
+            err=True,
+        )
+        raise typer.Exit(2)
+    rt = open_runtime(Settings(), migrate=True)
+    try:
+        if io is None:
+            with rt.sessions() as s:
+                rows = load_latest_worlds(s, agent, 1)
+                if not rows:
+                    typer.echo(f"agent {agent!r} has no recorded turns", err=True)
+                    raise typer.Exit(1)
+                io = str(rows[0].io_id)
+        lease = rt.coord.try_begin(agent, io)
+        if lease is None:
+            typer.echo(f"a consolidation of {agent!r} is running; this turn was marked pending", err=True)
+            raise typer.Exit(3)
+        results = consolidate_inline(rt.deps, lease)
+    finally:
+        rt.close()
+    records = [r.summary() for r in results]
+    if as_json:
+        typer.echo(json.dumps(records, indent=2, ensure_ascii=False))
+        return
+    for rec in records:
+        typer.echo(f"{rec.get('run_id')}: {rec['status']} — {rec['reason']}")
+        typer.echo(json.dumps(rec.get("round") or {}, indent=2, ensure_ascii=False))
+
+
 @db.command("upgrade")
 def db_upgrade(
     url: str | None = typer.Option(None, "--url", help="SQLAlchemy URL (default: RSI_DATABASE_URL)."),

@@ -19,9 +19,11 @@ One call, in order:
    text block counts its text and a ``tool_use`` block the canonical JSON of ``{"input", "name"}``.
 
 Roles built in: ``policy`` (SIM.md §3, :mod:`~rsi_common.llm.sim_policy`), ``judge``, ``signal``
-and ``compact`` (:mod:`~rsi_common.llm.sim_roles`). ``analyst``, ``proposer`` and ``critic`` are
-added with :func:`register_sim_role` by the module that defines their prompt layouts; until then a
-call in those roles raises :class:`~rsi_common.errors.ModelBadRequest`.
+and ``compact`` (:mod:`~rsi_common.llm.sim_roles`), ``analyst``
+(:mod:`~rsi_common.llm.sim_analyst`), ``proposer`` (:mod:`~rsi_common.llm.sim_proposer`) and
+``critic`` (:mod:`~rsi_common.llm.sim_critic`). The last three read the prompt layouts of
+``rsi_worker.roles`` (analyst, proposer context, critic payload) by their section headers, as a
+model would; they do not import them. Other roles can be added with :func:`register_sim_role`.
 """
 
 from __future__ import annotations
@@ -41,8 +43,11 @@ from rsi_common.llm.base import (
     Usage,
     canonical_json,
 )
+from rsi_common.llm.sim_analyst import analyst
 from rsi_common.llm.sim_core import SimCall, SimHandler, seed_of
+from rsi_common.llm.sim_critic import critic
 from rsi_common.llm.sim_policy import policy
+from rsi_common.llm.sim_proposer import proposer
 from rsi_common.llm.sim_roles import compact, judge, signal
 from rsi_common.llm.sim_traits import (
     DETECTORS,
@@ -80,7 +85,10 @@ __all__ = [
     "register_sim_role",
 ]
 
-SIM_ROLES: dict[str, SimHandler] = {"policy": policy, "judge": judge, "signal": signal, "compact": compact}
+SIM_ROLES: dict[str, SimHandler] = {
+    "policy": policy, "judge": judge, "signal": signal, "compact": compact,
+    "analyst": analyst, "proposer": proposer, "critic": critic,
+}
 """Role → behaviour. Extend only through :func:`register_sim_role`."""
 
 

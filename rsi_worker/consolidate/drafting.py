@@ -1,0 +1,118 @@
+"""Drafting the round's candidates (SPEC §3.3 step 12) and launching their replays (step 13).
+
+Idempotency: a draft is stored under its variant label in ``rsi_runs.drafts`` with a locked
+read-merge-write; a redelivered draft task finds its label stored and returns that draft without
+calling the proposer again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rsi_common.db import get_agent, get_run, lock_agent, replay_rows, set_run_drafts, set_run_params
+from rsi_common.math import EvalResult, Exploration, PruneTarget
+from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, load_worlds
+from rsi_worker.consolidate.draft import Draft, DraftContext, draft_candidate
+from rsi_worker.consolidate.evaluate import INCUMBENT, bound_total, plan_candidate
+from rsi_worker.consolidate.incumbent import views_of
+from rsi_worker.consolidate.opening import Next, renew_or_stop
+from rsi_worker.consolidate.state import ConsolidationState
+from rsi_worker.consolidate.trials import row_json
+
+__all__ = ["draft_step", "launch_candidates", "store_draft"]
+
+
+def _draft_context(deps: Deps, ctx: RoundContext) -> DraftContext:
+    with deps.sessions() as session:
+        state = ConsolidationState.from_json(get_agent(session, ctx.agent_id).state)
+        rows = [row_json(r) for r in replay_rows(session, ctx.run_id, INCUMBENT)]
+        loaded = load_worlds(session, ctx.loaded)
+        incumbent = load_harness(session, ctx.agent_id, ctx.start_version)
+        session.commit()  # end the read transaction (keeps loaded rows usable)
+    rnd = ctx.round
+    inc_ev = EvalResult.from_json(rnd["inc_ev"])
+    analysis = (
+        ctx.analysis
+        if ctx.analysis.get("failure_modes") or ctx.analysis.get("success_habits")
+        else state.analysis
+    )
+    return DraftContext(
+        incumbent=incumbent,
+        t=ctx.t,
+        b_t=int(rnd["b_t"]),
+        S_t=float(rnd["S_t"]),
+        delta=float(rnd["delta"]),
+        params=deps.params,
+        records=[r for r in state.records if r.get("t") is None or r["t"] < ctx.t],
+        scoreboard=state.scoreboard,
+        analysis=analysis,
+        exploration=Exploration.from_json(rnd["exploration"]),
+        reserved=frozenset(rnd["reserved"]),
+        prune=[PruneTarget.from_json(p) for p in rnd["prune"]],
+        enabled=tuple(rnd["enabled"]),
+        views=views_of(ctx, loaded, rows, inc_ev),
+        worlds=list(loaded.values()),
+    )
+
+
+def store_draft(deps: Deps, run_id: str, agent_id: str, draft: dict[str, Any]) -> dict[str, Any]:
+    """Store one draft unless its label is stored already; returns the stored draft."""
+    with deps.sessions() as session:
+        lock_agent(session, agent_id)
+        run = get_run(session, run_id, for_update=True)
+        drafts = dict(run.drafts or {})
+        stored = drafts.setdefault(draft["variant"], draft)
+        if stored is draft:
+            set_run_drafts(session, run_id, drafts)
+        session.commit()
+    return dict(stored)
+
+
+def draft_step(deps: Deps, run_id: str, variant: str) -> dict[str, Any]:
+    """Draft one variant (or return its stored draft): the body of ``draft_candidate`` tasks."""
+    with deps.sessions() as session:
+        run = get_run(session, run_id)
+        ctx = RoundContext.from_json(run.params or {})
+        stored = (run.drafts or {}).get(variant)
+        session.commit()  # end the read transaction (keeps loaded rows usable)
+    if stored is not None or run.status != "running":
+        return dict(stored or {"variant": variant, "gate": "not_evaluated", "detail": "run closed"})
+    renew_or_stop(deps, ctx)
+    dctx = _draft_context(deps, ctx)
+    proposer, critic = deps.role(ctx, "proposer"), deps.role(ctx, "critic")
+    draft: Draft = draft_candidate(dctx, variant, "ABCDEFGH".index(variant), proposer=proposer, critic=critic)
+    return store_draft(deps, run_id, ctx.agent_id, draft.to_json())
+
+
+def launch_candidates(deps: Deps, run_id: str) -> Next:
+    """Step 13: bound hashes and replay slots for every live draft; ``judge`` when none is live."""
+    with deps.sessions() as session:
+        run = get_run(session, run_id)
+        ctx = RoundContext.from_json(run.params or {})
+        drafts = dict(run.drafts or {})
+        session.commit()  # end the read transaction (keeps loaded rows usable)
+    if run.status != "running":
+        return Next("stop", ctx)
+    renew_or_stop(deps, ctx)
+    p = deps.params
+    live = [v for v in sorted(drafts) if drafts[v].get("gate") is None and drafts[v].get("payload")]
+    rnd = ctx.round
+    slots = []
+    for v in live:
+        if ctx.early_stop:
+            deps.coord.init_bounds(
+                run_id,
+                v,
+                bound_total(ctx.worlds, ctx.checks, p.k),
+                float(rnd["S_star"]),
+                float(rnd["delta"]),
+                float(rnd["S_t"]),
+            )
+        mine = plan_candidate(v, ctx.worlds, p.k)
+        ctx.slots[v] = [s.to_json() for s in mine]
+        slots.extend(mine)
+    ctx.phase = "candidates"
+    with deps.sessions() as session:
+        set_run_params(session, run_id, ctx.to_json())
+        session.commit()
+    return Next("trials" if slots else "judge", ctx, slots=slots)

@@ -1,0 +1,187 @@
+"""Measuring the incumbent and setting up the round (SPEC §3.3 steps 8–11)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rsi_common.db import get_agent, get_run, replay_rows, set_run_params
+from rsi_common.kinds import K_ENABLED_PRODUCTION
+from rsi_common.math import (
+    EditRecord,
+    EvalResult,
+    edit_budget,
+    exploration,
+    prune_set,
+    reserved_variants,
+    stall_flag,
+    tried,
+    valid_measurement,
+)
+from rsi_common.math.calibrate import calibrate
+from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, load_worlds
+from rsi_worker.consolidate.evaluate import INCUMBENT, assemble
+from rsi_worker.consolidate.opening import Next, renew_or_stop
+from rsi_worker.consolidate.result import ConsolidationResult
+from rsi_worker.consolidate.state import ConsolidationState
+from rsi_worker.consolidate.trials import row_json
+from rsi_worker.roles.analyst import View, analyze
+
+__all__ = ["FAIL_BELOW", "after_incumbent", "incumbent_brief", "round_parameters", "views_of"]
+
+FAIL_BELOW = 1 - 1e-9
+
+
+def records_of(state: ConsolidationState) -> list[EditRecord]:
+    """The stored history rows as :class:`EditRecord` values (extra keys ignored)."""
+    return [EditRecord.from_json(r) for r in state.records]
+
+
+def incumbent_brief(ev: EvalResult) -> dict[str, Any]:
+    """The round summary's ``incumbent`` entry."""
+    return {
+        "S": round(ev.S, 6),
+        "C": None if ev.C is None else round(ev.C, 1),
+        "missing": ev.missing,
+        "n_expected": ev.n_expected,
+        "valid_rate": ev.extra.get("valid_rate"),
+        "off_support_calls": ev.extra.get("off_support_calls", 0),
+    }
+
+
+def round_parameters(
+    ctx: RoundContext, state: ConsolidationState, inc_ev: EvalResult, enabled_kinds: Sequence[str], deps: Deps
+) -> dict[str, Any]:
+    """SPEC §3.3 step 10: unit, δ, S★, b_t, σ_t, enabled, tried, exploration, reserved, prune."""
+    p = deps.params
+    total_w = sum(w for tr in inc_ev.per_task.values() for w in tr.weight_list())
+    unit = 1.0 / max(1.0, total_w)
+    cal = calibrate([inc_ev], z=p.delta_z)
+    delta = max(cal.delta, unit)
+    t = ctx.t
+    b_t = edit_budget(min(t, p.T), p.T, p.b_min, p.b_max)
+    sigma = stall_flag(state.progress, t, p.w, delta)
+    enabled = [k for k in K_ENABLED_PRODUCTION if k in enabled_kinds]
+    prior = [r for r in records_of(state) if r.t is None or r.t < t]
+    tried_kinds = sorted(tried(prior))
+    expl = exploration(sigma, tried_kinds, p.m_draft, enabled=enabled)
+    reserved = sorted(reserved_variants(p.m, p.m_draft, sigma, expl.untried))
+    prune = prune_set(prior, t, p.n_prune)
+    return {
+        "unit": unit,
+        "calibration": cal.to_json(),
+        "delta": delta,
+        "S_star": inc_ev.S,
+        "S_t": inc_ev.S,
+        "b_t": b_t,
+        "sigma": sigma,
+        "enabled": enabled,
+        "tried": tried_kinds,
+        "exploration": expl.to_json(),
+        "reserved": reserved,
+        "prune": [pt.to_json() for pt in prune],
+        "incumbent": incumbent_brief(inc_ev),
+        "inc_ev": inc_ev.to_json(),
+    }
+
+
+def _pick(rows: Sequence[Mapping[str, Any]], worst: bool) -> Mapping[str, Any] | None:
+    usable = [r for r in rows if r["status"] != "cancelled"]
+    if not usable:
+        return None
+    key = [(float(r.get("reward") or 0.0) if r["status"] == "ok" else -1.0, int(r["trial"])) for r in usable]
+    order = sorted(range(len(usable)), key=lambda i: (key[i][0] if worst else -key[i][0], key[i][1]))
+    return usable[order[0]]
+
+
+def views_of(
+    ctx: RoundContext, worlds: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], inc_ev: EvalResult
+) -> list[View]:
+    """SPEC §3.3 step 11: per world of W, its worst incumbent trial if failing, else its best."""
+    views: list[View] = []
+    for wid in ctx.worlds:
+        if wid not in worlds:
+            continue
+        mean = inc_ev.per_task[wid].mean if wid in inc_ev.per_task else 0.0
+        mine = [r for r in rows if r["world_id"] == wid]
+        views.append(
+            View(
+                world=worlds[wid],
+                row=_pick(mine, worst=mean < FAIL_BELOW),
+                checks=ctx.checks.get(wid, []),
+                mean=mean,
+            )
+        )
+    return views
+
+
+def after_incumbent(deps: Deps, run_id: str) -> Next:
+    """Steps 8–11: measure the incumbent, decide ``failed``/``kept`` or set up the round.
+
+    Returns a final ``Next`` or ``drafts`` with the variant labels to draft.
+    """
+    t0 = time.monotonic()
+    p = deps.params
+    with deps.sessions() as session:
+        run = get_run(session, run_id)
+        ctx = RoundContext.from_json(run.params or {})
+        if run.status != "running" or ctx.phase not in ("incumbent", "drafting"):
+            return Next("stop", ctx)
+        state = ConsolidationState.from_json(get_agent(session, ctx.agent_id).state)
+        rows = [row_json(r) for r in replay_rows(session, run_id, INCUMBENT)]
+        worlds = load_worlds(session, ctx.worlds)
+        incumbent = load_harness(session, ctx.agent_id, ctx.start_version)
+        session.commit()  # end the read transaction (keeps loaded rows usable)
+    renew_or_stop(deps, ctx)
+    inc_ev = assemble(ctx.worlds, ctx.checks, rows, p.k, "incumbent").ev
+    assert inc_ev is not None
+    if not valid_measurement(inc_ev, p.invalid_missing_frac):
+        reason = (
+            f"the current harness could not be replayed ({inc_ev.missing}/{inc_ev.n_expected} trials failed)"
+        )
+        info = {"t": ctx.t, "worlds": ctx.worlds, "incumbent": incumbent_brief(inc_ev)}
+        return Next(
+            "final",
+            ctx,
+            result=ConsolidationResult(
+                "failed",
+                reason,
+                None,
+                ctx.start_version,
+                ctx.start_version,
+                round=info,
+                signals=dict(ctx.signals_read),
+                seconds=time.monotonic() - t0,
+                usage=ctx.usage,
+                run_id=run_id,
+            ),
+        )
+    failing = [w for w in ctx.worlds if inc_ev.per_task[w].mean < FAIL_BELOW]
+    if not failing:
+        ctx.round = {"incumbent": incumbent_brief(inc_ev), "inc_ev": inc_ev.to_json()}
+        return Next(
+            "final",
+            ctx,
+            result=ConsolidationResult(
+                "kept",
+                "the current harness already meets every criterion on these turns",
+                None,
+                ctx.start_version,
+                ctx.start_version,
+                signals=dict(ctx.signals_read),
+                seconds=time.monotonic() - t0,
+                usage=ctx.usage,
+                run_id=run_id,
+            ),
+        )
+    ctx.round = round_parameters(ctx, state, inc_ev, incumbent.manifest.enabled_kinds, deps)
+    ctx.round["failing"] = failing
+    analyst = deps.role(ctx, "analyst")
+    ctx.analysis = analyze(analyst, views_of(ctx, worlds, rows, inc_ev), state.analysis)
+    ctx.usage["analyst"] = analyst.usage()
+    ctx.phase = "drafting"
+    with deps.sessions() as session:
+        set_run_params(session, run_id, ctx.to_json())
+        session.commit()
+    return Next("drafts", ctx, variants=list("ABCDEFGH"[: p.m]))

@@ -1,0 +1,174 @@
+"""Opening a run (SPEC §3.3 steps 1–7): signals, criteria, the decision to open a round, W."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sqlalchemy.orm import Session
+
+from rsi_common.coord import Lease
+from rsi_common.db import (
+    get_agent,
+    load_latest_worlds,
+    set_run_params,
+    start_run,
+    update_signals,
+    world_by_io,
+)
+from rsi_common.errors import LeaseLost
+from rsi_common.world import TurnWorld
+from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, turn_world
+from rsi_worker.consolidate.evaluate import TrialSlot, plan_incumbent
+from rsi_worker.consolidate.result import ConsolidationResult
+from rsi_worker.consolidate.signals import checks_for, negative, unread_pairs
+from rsi_worker.consolidate.state import EMPTY_DIGEST, ConsolidationState, signal_digest
+from rsi_worker.consolidate.worlds import select_worlds
+from rsi_worker.roles.signal import implicit_signal
+
+__all__ = ["Next", "open_run", "renew_or_stop"]
+
+
+@dataclass
+class Next:
+    """What a step decided: a final result, or the trials / drafts to run next."""
+
+    kind: Literal["final", "trials", "drafts", "judge", "stop"]
+    ctx: RoundContext
+    slots: list[TrialSlot] = field(default_factory=list)
+    variants: list[str] = field(default_factory=list)
+    result: ConsolidationResult | None = None
+
+
+def renew_or_stop(deps: Deps, ctx: RoundContext) -> None:
+    """Renew the lease; a lost lease stops the step at once (SPEC §3.3)."""
+    lease = Lease(ctx.agent_id, ctx.token, ctx.fence, ctx.io_id or "")
+    if not deps.coord.renew(lease):
+        raise LeaseLost(f"agent {ctx.agent_id}: lease of fence {ctx.fence} is no longer held")
+
+
+def _policy(worlds: list[TurnWorld], latest: TurnWorld | None, deps: Deps) -> tuple[str, str]:
+    source = latest or (worlds[0] if worlds else None)
+    if source is not None:
+        provider = str(source.data.get("provider") or deps.settings.default_provider)
+        model = str(source.data.get("model") or deps.settings.default_model)
+        return provider, model
+    return deps.settings.default_provider, deps.settings.default_model
+
+
+def _final(
+    ctx: RoundContext, status: str, reason: str, state: ConsolidationState | None, t0: float, **kw: object
+) -> Next:
+    result = ConsolidationResult(
+        status=status,
+        reason=reason,  # type: ignore[arg-type]
+        state=state.to_json() if state is not None else None,
+        start_version=ctx.start_version,
+        version=ctx.start_version,
+        signals=dict(ctx.signals_read),
+        seconds=time.monotonic() - t0,
+        usage=ctx.usage,
+        run_id=ctx.run_id,
+    )
+    for k, v in kw.items():
+        setattr(result, k, v)
+    return Next("final", ctx, result=result)
+
+
+def _read_implicit(deps: Deps, session: Session, ctx: RoundContext, worlds: list[TurnWorld]) -> None:
+    """Step 3: read the unread pairs' next messages; write each verdict to its world at once."""
+    pairs = unread_pairs(worlds, ctx.latest or "", deps.params.signal_pairs)
+    if not pairs:
+        return
+    reader = deps.role(ctx, "signal")
+    for prev, cur in pairs:
+        verdict = implicit_signal(reader, prev.request, prev.answer, cur.request)
+        update_signals(session, ctx.agent_id, {"implicit": verdict}, world_id=prev.id)
+        session.commit()
+        prev.signals["implicit"] = verdict
+        ctx.signals_read[prev.id] = dict(prev.signals)
+    ctx.usage["signal"] = reader.usage()
+
+
+def open_run(deps: Deps, lease: Lease) -> Next:
+    """Steps 1–7 of one run: open the row, read signals, decide, pick W and plan the incumbent.
+
+    Returns a final ``Next`` (``skipped``/``recorded``) or ``trials`` with the incumbent's slots.
+
+    Raises:
+        LeaseLost: the lease was not held any more.
+    """
+    t0 = time.monotonic()
+    params = deps.params
+    with deps.sessions() as session:
+        run = start_run(
+            session, lease.agent, fence=lease.fence, io_id=lease.io, retention=deps.settings.run_retention
+        )
+        session.commit()
+        ctx = RoundContext(
+            run_id=run.id,
+            agent_id=lease.agent,
+            fence=lease.fence,
+            token=lease.token,
+            io_id=lease.io,
+            start_version=run.start_version,
+            early_stop=params.early_stop,
+        )
+        if run.status != "running":  # a redelivered task of a finished run
+            return Next("stop", ctx)
+        renew_or_stop(deps, ctx)
+        agent = get_agent(session, lease.agent)
+        if agent.frozen:
+            return _final(ctx, "skipped", "agent is frozen", None, t0)
+        state = ConsolidationState.from_json(agent.state)
+        ctx.t = state.t
+        rows = load_latest_worlds(session, lease.agent, params.world_pool)
+        worlds = [turn_world(r) for r in rows]
+        latest_row = world_by_io(session, lease.agent, lease.io) if lease.io else None
+        latest = next((w for w in worlds if latest_row is not None and w.id == latest_row.id), None)
+        ctx.latest = latest.id if latest else None
+        ctx.provider, ctx.model = _policy(worlds, latest, deps)
+        if not worlds:
+            return _final(ctx, "recorded", "no worlds", state, t0)
+        ctx.inc_version = load_harness(session, lease.agent, run.start_version).version
+        session.commit()
+        _read_implicit(deps, session, ctx, worlds)
+        return _decide(deps, session, ctx, state, worlds, t0)
+
+
+def _decide(
+    deps: Deps,
+    session: Session,
+    ctx: RoundContext,
+    state: ConsolidationState,
+    worlds: list[TurnWorld],
+    t0: float,
+) -> Next:
+    """Steps 4–7."""
+    params = deps.params
+    ctx.loaded = [w.id for w in worlds]
+    ctx.digests = {w.id: signal_digest(w.signals) for w in worlds}
+    fresh = {w.id for w in worlds if ctx.digests[w.id] != state.seen.get(w.id, EMPTY_DIGEST)}
+    checks = {w.id: checks_for(w.signals, answer=w.answer) for w in worlds if w.replayable}
+    scored = [w for w in worlds if w.replayable and checks.get(w.id)]
+    if not scored:
+        return _final(ctx, "recorded", "no turn has a signal to learn from yet", state, t0)
+    fresh_scored = [w for w in scored if w.id in fresh]
+    if not any(negative(w.signals) for w in fresh_scored):
+        reason = (
+            "no new correction or problem to fix"
+            if not fresh_scored
+            else "new signals only confirm the current answers"
+        )
+        return _final(ctx, "recorded", reason, state, t0)
+    chosen = select_worlds(scored, fresh, params.n_eval)
+    ctx.worlds = [w.id for w in chosen]
+    ctx.fresh = sorted(fresh & set(ctx.worlds))
+    ctx.checks = {w.id: checks[w.id] for w in chosen}
+    slots = plan_incumbent(chosen, ctx.inc_version, ctx.model, state.cache.get(ctx.inc_version, {}), params.k)
+    ctx.slots["incumbent"] = [s.to_json() for s in slots]
+    ctx.phase = "incumbent"
+    set_run_params(session, ctx.run_id, ctx.to_json())
+    session.commit()
+    return Next("trials", ctx, slots=slots)

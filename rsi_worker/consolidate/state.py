@@ -1,0 +1,201 @@
+"""The per-agent consolidation state (SPEC §3.2), stored as JSON in ``rsi_agents.state``.
+
+Format ``rsi-consolidation-state/1``. :meth:`ConsolidationState.from_json` is tolerant: a missing
+field takes its default and an empty ``progress`` becomes ``[0.0]``, so states written before a
+field existed still load. Bounds (records window, scoreboard, cache versions, verdicts, seen) are
+applied by the functions here, never by callers.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "EMPTY_DIGEST",
+    "STATE_SCHEMA",
+    "ConsolidationState",
+    "prune_cache",
+    "remember",
+    "signal_digest",
+    "trim_records",
+]
+
+STATE_SCHEMA = "rsi-consolidation-state/1"
+IMPLICIT_KINDS_WITH_DIGEST = ("correction", "complaint", "accept")
+ANALYSIS_KEEP = 12
+SCOREBOARD_KEEP = 40
+
+
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _stars(value: Any) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def signal_digest(signals: Mapping[str, Any] | None) -> str:
+    """First 16 hex chars of SHA-256 over the canonical signal summary (SPEC §3.2).
+
+    Only what can change a criterion enters the digest; the implicit verdict counts when its kind
+    is ``correction``, ``complaint`` or ``accept`` (its ``evidence`` and ``error`` never do).
+    """
+    s = dict(signals or {})
+    implicit = s.get("implicit")
+    imp: dict[str, Any] | None = None
+    if isinstance(implicit, Mapping) and implicit.get("kind") in IMPLICIT_KINDS_WITH_DIGEST:
+        imp = {"kind": implicit["kind"], "criterion": str(implicit.get("criterion") or "")}
+    summary = {
+        "expected": str(s.get("expected") or "").strip(),
+        "stars": _stars(s.get("stars")),
+        "issue": str(s.get("issue") or "").strip(),
+        "comment": str(s.get("comment") or "").strip(),
+        "criteria": [str(c).strip() for c in (s.get("criteria") or []) if str(c).strip()],
+        "implicit": imp,
+    }
+    return hashlib.sha256(_canonical(summary)).hexdigest()[:16]
+
+
+EMPTY_DIGEST = signal_digest({})
+
+
+@dataclass
+class ConsolidationState:
+    """Mutable working copy of one agent's state; serialise with :meth:`to_json`."""
+
+    t: int = 0
+    records: list[dict[str, Any]] = field(default_factory=list)
+    progress: list[float] = field(default_factory=lambda: [0.0])
+    analysis: dict[str, Any] = field(default_factory=lambda: {"failure_modes": [], "success_habits": []})
+    scoreboard: list[dict[str, Any]] = field(default_factory=list)
+    cache: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    verdicts: dict[str, list[Any]] = field(default_factory=dict)
+    seen: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": STATE_SCHEMA,
+            "t": self.t,
+            "records": copy.deepcopy(self.records),
+            "progress": list(self.progress),
+            "analysis": copy.deepcopy(self.analysis),
+            "scoreboard": copy.deepcopy(self.scoreboard),
+            "cache": copy.deepcopy(self.cache),
+            "verdicts": copy.deepcopy(self.verdicts),
+            "seen": dict(self.seen),
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any] | None) -> ConsolidationState:
+        """Load a stored state; missing fields take defaults (SPEC §3.2)."""
+        d = dict(obj or {})
+        schema = d.get("schema", STATE_SCHEMA)
+        if schema != STATE_SCHEMA:
+            raise ValueError(f"unknown consolidation state schema {schema!r}")
+        analysis = d.get("analysis") or {}
+        return cls(
+            t=int(d.get("t") or 0),
+            records=[dict(r) for r in d.get("records") or []],
+            progress=[float(x) for x in d.get("progress") or []] or [0.0],
+            analysis={
+                "failure_modes": list(analysis.get("failure_modes") or []),
+                "success_habits": list(analysis.get("success_habits") or []),
+            },
+            scoreboard=[dict(r) for r in d.get("scoreboard") or []],
+            cache={v: {w: list(rs) for w, rs in per.items()} for v, per in (d.get("cache") or {}).items()},
+            verdicts={k: list(v) for k, v in (d.get("verdicts") or {}).items()},
+            seen={str(k): str(v) for k, v in (d.get("seen") or {}).items()},
+        )
+
+    def copy(self) -> ConsolidationState:
+        return ConsolidationState.from_json(self.to_json())
+
+    def set_analysis(self, report: Mapping[str, Any]) -> None:
+        """Replace the analysis by the report's first 12 modes and habits; an empty report keeps it."""
+        modes = [
+            {"mode": str(m.get("mode", "")), "description": str(m.get("description", ""))}
+            for m in report.get("failure_modes") or []
+            if isinstance(m, Mapping) and m.get("mode")
+        ][:ANALYSIS_KEEP]
+        habits = [
+            {"habit": str(h.get("habit", "")), "description": str(h.get("description", ""))}
+            for h in report.get("success_habits") or []
+            if isinstance(h, Mapping) and h.get("habit")
+        ][:ANALYSIS_KEEP]
+        if modes or habits:
+            self.analysis = {"failure_modes": modes, "success_habits": habits}
+
+    def add_scoreboard(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        self.scoreboard = (self.scoreboard + [dict(r) for r in rows])[-SCOREBOARD_KEEP:]
+
+    def advance_round(self, t: int, gain: float) -> None:
+        """``progress = progress[:t+1]`` padded with 0.0, then append ``progress[t] + max(0, gain)``."""
+        prog = list(self.progress[: t + 1])
+        while len(prog) < t + 1:
+            prog.append(0.0)
+        prog.append(prog[t] + max(0.0, gain))
+        self.progress = prog
+        self.t = t + 1
+
+    def set_seen(self, digests: Mapping[str, str], keep_ids: Sequence[str]) -> None:
+        """Store the digests the run saw, keeping only ids of the latest loaded worlds."""
+        keep = set(keep_ids)
+        merged = {k: v for k, v in self.seen.items() if k in keep}
+        merged.update({k: v for k, v in digests.items() if k in keep})
+        self.seen = merged
+
+
+def trim_records(
+    records: Sequence[Mapping[str, Any]], t_now: int, history_rounds: int = 200
+) -> list[dict[str, Any]]:
+    """Keep rows with ``t ≥ t_now − history_rounds + 1``; rows without ``t`` are kept."""
+    floor = t_now - history_rounds + 1
+    out: list[dict[str, Any]] = []
+    for r in records:
+        t = r.get("t")
+        if t is None or int(t) >= floor:
+            out.append(dict(r))
+    return out
+
+
+def remember(
+    state: ConsolidationState,
+    version: str,
+    results_by_world: Mapping[str, Sequence[Mapping[str, Any]]],
+    k: int,
+) -> None:
+    """Cache up to ``k`` replay results per world under ``version`` (SPEC §3.6.5).
+
+    ``results_by_world`` holds ReplayResult JSON of ``replay``-source, non-missing trials in trial
+    order; the transcript is dropped; a world's entry is replaced.
+    """
+    per = state.cache.setdefault(version, {})
+    for world_id, results in results_by_world.items():
+        kept = [{k2: v for k2, v in r.items() if k2 != "transcript"} for r in results][:k]
+        if kept:
+            per[world_id] = kept
+
+
+def prune_cache(
+    state: ConsolidationState, keep: Sequence[str], cache_versions: int = 3, verdict_cache: int = 4000
+) -> None:
+    """Drop the oldest cached versions not in ``keep`` beyond ``cache_versions``; cap the verdicts."""
+    while len(state.cache) > cache_versions:
+        victim = next((v for v in state.cache if v not in keep), None)
+        if victim is None:
+            break
+        del state.cache[victim]
+    if len(state.verdicts) > verdict_cache:
+        excess = len(state.verdicts) - verdict_cache
+        for key in list(state.verdicts)[:excess]:
+            del state.verdicts[key]

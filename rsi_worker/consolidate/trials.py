@@ -1,0 +1,154 @@
+"""One replay trial of a run (SPEC §3.6.2): the body of the ``replay_trial`` task.
+
+Idempotency key: ``(run_id, candidate, world_id, trial)``. A stored row for the slot is returned
+as it is (redelivery); a new row is inserted at most once (``INSERT … ON CONFLICT DO NOTHING``)
+and the early-stop report is slot-idempotent in Redis, so a second execution never counts a
+trial twice. The function never raises for a replay, judge or model failure: those become a
+``missing`` row. It returns a plain dict (a chord member's structured result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rsi_common.db import get_agent, get_replay_row, get_run, get_world, save_replay_row
+from rsi_common.db.models import ReplayRow
+from rsi_common.errors import CoordinationError, error_record
+from rsi_common.harness import Harness, materialize
+from rsi_common.kernel import RetryPolicy
+from rsi_common.replay import PolicySpec, ReplayResult, replay_world
+from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, turn_world
+from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, score
+from rsi_worker.consolidate.opening import renew_or_stop
+from rsi_worker.roles.judge import CriteriaJudge, request_text
+
+__all__ = ["row_json", "run_trial", "slot_key"]
+
+
+def slot_key(slot: TrialSlot) -> str:
+    """The Redis slot id of an early-stop report."""
+    return f"{slot.world_id}#{slot.trial}"
+
+
+def row_json(row: ReplayRow) -> dict[str, Any]:
+    """A stored trial row as the dict :func:`~rsi_worker.consolidate.evaluate.assemble` reads."""
+    return {
+        "candidate": row.candidate,
+        "world_id": row.world_id,
+        "trial": row.trial,
+        "source": row.source,
+        "status": row.status,
+        "reward": row.reward,
+        "weight": row.weight,
+        "tokens": row.tokens,
+        "result": dict(row.result or {}),
+    }
+
+
+def _harness(session: Any, ctx: RoundContext, candidate: str, drafts: Mapping[str, Any]) -> Harness:
+    if candidate == INCUMBENT:
+        return load_harness(session, ctx.agent_id, ctx.start_version)
+    return materialize(drafts[candidate]["payload"])
+
+
+def _result_of(deps: Deps, ctx: RoundContext, slot: TrialSlot, world: Any, harness: Harness) -> ReplayResult:
+    if slot.source != "replay":
+        return ReplayResult.from_json(slot.reuse or {})
+    cancel = None
+    if slot.candidate != INCUMBENT and ctx.early_stop:
+
+        def cancel() -> bool:
+            return deps.coord.is_cancelled(ctx.run_id, slot.candidate)
+
+    return replay_world(
+        world,
+        harness,
+        PolicySpec(ctx.provider, ctx.model),
+        seed=slot.trial,
+        cancelled=cancel,
+        llm_factory=lambda p: deps.models(p.provider, p.model, "policy"),
+        retry=RetryPolicy.from_settings(deps.settings),
+    )
+
+
+def _store(deps: Deps, ctx: RoundContext, slot: TrialSlot, **values: Any) -> dict[str, Any]:
+    with deps.sessions() as session:
+        row, _ = save_replay_row(
+            session, ctx.run_id, slot.candidate, slot.world_id, slot.trial, source=slot.source, **values
+        )
+        session.commit()
+        out = row_json(row)
+    if slot.candidate != INCUMBENT and ctx.early_stop and out["status"] != "cancelled":
+        passed = int(out["result"].get("passed", 0)) if out["status"] == "ok" else 0
+        weight = int(out["weight"]) if out["status"] == "ok" else 0
+        deps.coord.report_trial(ctx.run_id, slot.candidate, slot_key(slot), passed, weight)
+    return out
+
+
+def run_trial(deps: Deps, run_id: str, slot: TrialSlot) -> dict[str, Any]:
+    """Run (or return the stored result of) one trial slot; see the module docstring."""
+    with deps.sessions() as session:
+        existing = get_replay_row(session, run_id, slot.candidate, slot.world_id, slot.trial)
+        if existing is not None:
+            return row_json(existing)
+        run = get_run(session, run_id)
+        if run.status != "running":
+            return {
+                "status": "stale",
+                "candidate": slot.candidate,
+                "world_id": slot.world_id,
+                "trial": slot.trial,
+            }
+        ctx = RoundContext.from_json(run.params or {})
+        verdicts = dict(get_agent(session, ctx.agent_id).state.get("verdicts") or {})
+        world_row = get_world(session, slot.world_id)
+        world = turn_world(world_row) if world_row is not None else None
+        try:
+            harness = _harness(session, ctx, slot.candidate, run.drafts or {})
+        except Exception as exc:
+            harness, harness_error = None, f"{type(exc).__name__}: {exc}"[:300]
+        session.commit()  # no transaction stays open across model calls (read-only)
+    try:
+        renew_or_stop(deps, ctx)
+    except CoordinationError as exc:
+        return {
+            "status": "lease_lost",
+            "error": error_record(exc),
+            "candidate": slot.candidate,
+            "world_id": slot.world_id,
+            "trial": slot.trial,
+        }
+    checks = ctx.checks.get(slot.world_id, [])
+    if slot.candidate != INCUMBENT and ctx.early_stop and deps.coord.is_cancelled(run_id, slot.candidate):
+        return _store(deps, ctx, slot, status="cancelled", result={"reason": "cancelled before the replay"})
+    if world is None or harness is None:
+        error = "world no longer stored" if world is None else harness_error
+        return _store(deps, ctx, slot, status="missing", weight=len(checks), result={"error": error})
+    replay = _result_of(deps, ctx, slot, world, harness)
+    if replay.status == "cancelled":
+        return _store(deps, ctx, slot, status="cancelled", result={"replay": replay.to_json()})
+    if replay.missing:
+        return _store(
+            deps,
+            ctx,
+            slot,
+            status="missing",
+            weight=len(checks),
+            result={"replay": replay.to_json(), "error": replay.error},
+        )
+    judge_client = deps.role(ctx, "judge")
+    judge = CriteriaJudge(judge_client, cache=verdicts)
+    reward, weight, graded = score(
+        checks, request_text(world.request, world.history), replay.answer, judge.verdict
+    )
+    passed = sum(1 for v in graded if v["pass"])
+    result = {
+        "replay": replay.to_json(),
+        "passed": passed,
+        "verdicts": graded,
+        "new_verdicts": judge.new_entries,
+        "usage": {"judge": judge_client.usage()},
+    }
+    tokens = replay.policy_tokens if replay.policy_tokens else None
+    return _store(deps, ctx, slot, status="ok", reward=reward, weight=weight, tokens=tokens, result=result)

@@ -1,0 +1,58 @@
+"""The consolidation roles (SPEC §3.4, §3.7, §3.8, §6): model calls with fixed prompt layouts.
+
+* :mod:`~rsi_worker.roles.signal` — the implicit-signal reader (§3.4);
+* :mod:`~rsi_worker.roles.judge` — the criteria judge and its verdict key (§3.7);
+* :mod:`~rsi_worker.roles.analyst` — evidence rendering and the analyst (§3.8);
+* :mod:`~rsi_worker.roles.proposer` — the proposer's action protocol (§6.1), with its context in
+  :mod:`~rsi_worker.roles.proposer_context` and the constitution files in ``constitution/``;
+* :mod:`~rsi_worker.roles.critic` — the precheck and the model review (§6.2).
+
+The sim model (``rsi_common.llm.sim``) reads these layouts by their section headers; a change of a
+header here must be mirrored in ``rsi_common/llm/sim_analyst.py``, ``sim_proposer.py`` or
+``sim_critic.py``.
+"""
+
+from __future__ import annotations
+
+from rsi_worker.roles.analyst import View, analyze, render, task_row
+from rsi_worker.roles.critic import Review, critic_patterns, precheck, recent_user_messages, review
+from rsi_worker.roles.judge import CriteriaJudge, request_text, verdict_key
+from rsi_worker.roles.proposer import (
+    MAX_EDITS,
+    MAX_TURNS,
+    Proposal,
+    ProposerSetup,
+    propose,
+    proposer_system,
+    proposer_user,
+    selection_text,
+    validate_candidate,
+    variant_brief,
+)
+from rsi_worker.roles.signal import implicit_signal
+
+__all__ = [
+    "MAX_EDITS",
+    "MAX_TURNS",
+    "CriteriaJudge",
+    "Proposal",
+    "ProposerSetup",
+    "Review",
+    "View",
+    "analyze",
+    "critic_patterns",
+    "implicit_signal",
+    "precheck",
+    "propose",
+    "proposer_system",
+    "proposer_user",
+    "recent_user_messages",
+    "render",
+    "request_text",
+    "review",
+    "selection_text",
+    "task_row",
+    "validate_candidate",
+    "variant_brief",
+    "verdict_key",
+]
