@@ -20,12 +20,12 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 
 typecheck: $(STAMP)
-	$(PY) -m mypy rsi_common
+	$(PY) -m mypy rsi_common rsi_worker
 
 test: $(STAMP)
 	scripts/provision.sh
 	$(PY) -m ruff check .
-	$(PY) -m mypy rsi_common
+	$(PY) -m mypy rsi_common rsi_worker
 	scripts/pytest.sh $(PY) -m pytest -q $(PYTEST_ARGS)
 
 clean:

@@ -178,6 +178,10 @@ class Settings(BaseSettings):
     model_backoff_s: float = Field(1.0, ge=0)
     """First retry delay; doubled per retry (0 in tests)."""
 
+    model_factory: str | None = None
+    """``"package.module:callable"`` returning a model factory for workers (custom providers,
+    tests); called with the settings. Default: the built-in clients."""
+
     roles: RoleModels = RoleModels()
     sim: SimConfig = SimConfig()
     consolidation: ConsolidationParams = ConsolidationParams()

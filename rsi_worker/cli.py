@@ -71,6 +71,47 @@ def consolidate(
         typer.echo(json.dumps(rec.get("round") or {}, indent=2, ensure_ascii=False))
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def worker(
+    ctx: typer.Context,
+    queues: str = typer.Option("consolidate,replay,judge", "--queues", "-Q", help="Comma-separated queues."),
+    concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, help="Pool size."),
+    pool: str = typer.Option(
+        "threads", "--pool", "-P", help="threads (model calls are I/O bound) or prefork."
+    ),
+    hostname: str | None = typer.Option(None, "--hostname", "-n", help="Node name (default rsi@<host>)."),
+    loglevel: str = typer.Option("INFO", "--loglevel", "-l"),
+) -> None:
+    """Run a Celery worker of rsi-worker's tasks (extra arguments go to `celery worker`)."""
+    from rsi_common.config import Settings
+    from rsi_worker.app import create_app
+
+    settings = Settings()
+    if not settings.redis_url:
+        typer.echo(
+            "rsi worker needs RSI_REDIS_URL (the broker); `rsi demo` runs an embedded cluster", err=True
+        )
+        raise typer.Exit(2)
+    app_ = create_app(settings)
+    argv = ["worker", "-Q", queues, "-c", str(concurrency), "-P", pool, "-l", loglevel, "-E"]
+    if hostname:
+        argv += ["-n", hostname]
+    app_.worker_main(argv + list(ctx.args))
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def beat(ctx: typer.Context, loglevel: str = typer.Option("INFO", "--loglevel", "-l")) -> None:
+    """Run Celery beat: the periodic sweeper (stale runs, pending turns, un-enqueued worlds)."""
+    from rsi_common.config import Settings
+    from rsi_worker.app import create_app
+
+    settings = Settings()
+    app_ = create_app(settings)
+    schedule = str(settings.home / "celerybeat-schedule")
+    settings.home.mkdir(parents=True, exist_ok=True)
+    app_.start(["beat", "-l", loglevel, "-s", schedule, *ctx.args])
+
+
 @db.command("upgrade")
 def db_upgrade(
     url: str | None = typer.Option(None, "--url", help="SQLAlchemy URL (default: RSI_DATABASE_URL)."),
@@ -109,6 +150,45 @@ def bench_replay_cmd(
     table.add_column("value", justify="right")
     for key, value in report.items():
         table.add_row(key, str(value))
+    Console().print(table)
+
+
+@bench.command("ingest")
+def bench_ingest_cmd(
+    turns: int = typer.Option(10_000, "--turns", min=1, help="Timed record_turn calls."),
+    agents: int = typer.Option(100, "--agents", min=1, help="Agents the turns are spread over."),
+    backend: str = typer.Option("both", "--backend", help="sqlite, postgres or both."),
+    threads: int = typer.Option(1, "--threads", min=1, help="Concurrent callers sharing one client."),
+    as_json: bool = typer.Option(False, "--json", help="Print the reports as JSON."),
+) -> None:
+    """record_turn throughput and p50/p99 latency: real SQL, Redis and Celery-message publish
+    (private redis-server and PostgreSQL are started and removed)."""
+    import json
+
+    from rsi_worker.bench.ingest import Backend, bench_ingest_backends
+
+    choices: dict[str, list[Backend]] = {"sqlite": ["sqlite"], "postgres": ["postgres"],
+                                         "both": ["sqlite", "postgres"]}
+    if backend not in choices:
+        raise typer.BadParameter("must be sqlite, postgres or both", param_hint="--backend")
+    reports = bench_ingest_backends(choices[backend], turns, agents, threads=threads)
+    if as_json:
+        typer.echo(json.dumps(reports, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"rsi bench ingest (turns={turns}, agents={agents}, threads={threads})")
+    table.add_column("metric")
+    for report in reports:
+        table.add_column(str(report["backend"]), justify="right")
+    for key in ("turns_per_s", "p50_ms", "p99_ms", "max_ms", "mean_ms", "seconds", "outcomes",
+                "broker_messages", "world_bytes_mean"):
+        table.add_row(key, *(str(r.get(key)) for r in reports))
+    for outcome in sorted({o for r in reports for o in r["by_outcome"]}):
+        for stat in ("p50_ms", "p99_ms"):
+            cells = (str(r["by_outcome"].get(outcome, {}).get(stat)) for r in reports)
+            table.add_row(f"{outcome} {stat}", *cells)
     Console().print(table)
 
 

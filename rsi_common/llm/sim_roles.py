@@ -1,12 +1,15 @@
 """The sim model's judge, implicit-signal reader and compaction summariser (SIM.md §4).
 
 * ``judge`` reads the SPEC §3.7 layout (``REQUEST:`` / ``ANSWER:`` / ``CRITERION:`` /
-  ``REFERENCE ANSWER:`` sections of the last user message) and replies
-  ``{"pass": bool, "reason": str}`` (:func:`judge_verdict`).
+  ``REFERENCE ANSWER:`` sections) and replies ``{"pass": bool, "reason": str}``
+  (:func:`judge_verdict`).
 * ``signal`` reads the SPEC §3.4 layout (``EARLIER REQUEST:`` / ``ANSWER:`` / ``NEXT MESSAGE:``)
   and replies ``{"kind", "criterion", "evidence"}`` (:func:`read_signal`).
 * ``compact`` replies with a short deterministic summary of the request's messages
   (:func:`summarize`).
+
+Judge and signal read the last user message laid out in their sections, so a ``complete_json`` retry
+(the prompt, the unparseable reply, then a request for JSON) is answered from the prompt.
 
 System prompts are not read: a role client behaves as its role whatever the prompt says.
 """
@@ -62,12 +65,22 @@ def _last_user_text(call: SimCall) -> str:
     return ""
 
 
+def _sections(call: SimCall, headers: tuple[str, ...]) -> dict[str, str]:
+    """The sections of the last user message that has any of ``headers`` (``{}`` when none has)."""
+    for m in reversed(call.request.messages):
+        if m.get("role") == "user":
+            found = parse_sections(message_text(m), headers)
+            if found:
+                return found
+    return {}
+
+
 # --- judge ------------------------------------------------------------------------------------
 
 
 def judge(call: SimCall) -> list[dict[str, Any]]:
     """Grade one answer against one criterion (SPEC §3.7 layout)."""
-    s = parse_sections(_last_user_text(call), JUDGE_SECTIONS)
+    s = _sections(call, JUDGE_SECTIONS)
     passed, reason = judge_verdict(
         s.get("REQUEST", ""), s.get("ANSWER", ""), s.get("CRITERION", ""), s.get("REFERENCE ANSWER")
     )
@@ -134,7 +147,7 @@ def _against_reference(answer: str, reference: str) -> tuple[bool, str]:
 
 def signal(call: SimCall) -> list[dict[str, Any]]:
     """Read the user's next message (SPEC §3.4 layout)."""
-    s = parse_sections(_last_user_text(call), SIGNAL_SECTIONS)
+    s = _sections(call, SIGNAL_SECTIONS)
     return json_reply(read_signal(s.get("NEXT MESSAGE", "")))
 
 

@@ -144,3 +144,35 @@ def interrupt(deps: Deps, run_id: str, reason: str) -> bool:
         )
         session.commit()
     return done
+
+
+def failed_result(ctx: RoundContext, exc: BaseException, seconds: float = 0.0) -> ConsolidationResult:
+    """The ``failed`` result of a run stopped by an exception (its state is left unchanged)."""
+    from rsi_common.errors import error_record
+
+    return ConsolidationResult("failed", f"the run failed: {type(exc).__name__}", None, ctx.start_version,
+                               ctx.start_version, signals=dict(ctx.signals_read), seconds=seconds,
+                               usage=ctx.usage, run_id=ctx.run_id, error=dict(error_record(exc)))
+
+
+def settle(deps: Deps, run_id: str, exc: BaseException) -> tuple[ConsolidationResult | None, Lease | None]:
+    """Close a run a step could not finish: ``interrupted`` when the lease was lost (nothing else
+    written), else ``failed`` through the fenced final write (the lease is released or handed on).
+
+    Returns ``(None, None)`` when the run is not running any more.
+    """
+    from rsi_common.errors import CoordinationError
+
+    if isinstance(exc, CoordinationError):
+        interrupt(deps, run_id, str(exc)[:300])
+        return None, None
+    with deps.sessions() as session:
+        run = get_run(session, run_id)
+        ctx = RoundContext.from_json(run.params or {}) if run.params else None
+        status, agent_id, fence, io_id = run.status, run.agent_id, run.fence, run.io_id
+        session.commit()
+    if status != "running" or fence is None:
+        return None, None
+    if ctx is None or not ctx.token:
+        ctx = RoundContext(run_id=run_id, agent_id=agent_id, fence=fence, token="", io_id=io_id)
+    return finalize(deps, ctx, failed_result(ctx, exc))

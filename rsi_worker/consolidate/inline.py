@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, TypeVar
 
 from rsi_common.coord import Lease
-from rsi_common.errors import CoordinationError, error_record
+from rsi_common.errors import CoordinationError
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.drafting import draft_step, launch_candidates
-from rsi_worker.consolidate.finalize import finalize, interrupt
+from rsi_worker.consolidate.finalize import finalize, settle
 from rsi_worker.consolidate.incumbent import after_incumbent
 from rsi_worker.consolidate.judging import judge_round
 from rsi_worker.consolidate.opening import Next, open_run
@@ -69,21 +69,6 @@ def _advance(deps: Deps, nxt: Next, executor: TrialExecutor) -> Next:
     raise ValueError(f"cannot advance from {nxt.kind!r}")
 
 
-def _failed(ctx: RoundContext, exc: BaseException, t0: float) -> ConsolidationResult:
-    return ConsolidationResult(
-        "failed",
-        f"the run failed: {type(exc).__name__}",
-        None,
-        ctx.start_version,
-        ctx.start_version,
-        signals=dict(ctx.signals_read),
-        seconds=time.monotonic() - t0,
-        usage=ctx.usage,
-        run_id=ctx.run_id,
-        error=dict(error_record(exc)),
-    )
-
-
 def run_once(
     deps: Deps, lease: Lease, executor: TrialExecutor | None = None
 ) -> tuple[ConsolidationResult | None, Lease | None]:
@@ -103,16 +88,14 @@ def run_once(
         assert nxt.result is not None
         nxt.result.seconds = time.monotonic() - t0
         return finalize(deps, nxt.ctx, nxt.result)
-    except CoordinationError as exc:
-        if ctx is not None:
-            interrupt(deps, ctx.run_id, str(exc)[:300])
-        log.warning("run of %s stopped: %s", lease.agent, exc)
-        return None, None
     except Exception as exc:
         if ctx is None:
             raise
-        log.exception("run %s of %s failed", ctx.run_id, lease.agent)
-        return finalize(deps, ctx, _failed(ctx, exc, t0))
+        if isinstance(exc, CoordinationError):
+            log.warning("run %s of %s stopped: %s", ctx.run_id, lease.agent, exc)
+        else:
+            log.exception("run %s of %s failed", ctx.run_id, lease.agent)
+        return settle(deps, ctx.run_id, exc)
 
 
 def consolidate_inline(

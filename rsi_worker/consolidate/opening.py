@@ -21,7 +21,7 @@ from rsi_common.errors import LeaseLost
 from rsi_common.world import TurnWorld
 from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, turn_world
 from rsi_worker.consolidate.evaluate import TrialSlot, plan_incumbent
-from rsi_worker.consolidate.result import ConsolidationResult
+from rsi_worker.consolidate.result import ConsolidationResult, Status
 from rsi_worker.consolidate.signals import checks_for, negative, unread_pairs
 from rsi_worker.consolidate.state import EMPTY_DIGEST, ConsolidationState, signal_digest
 from rsi_worker.consolidate.worlds import select_worlds
@@ -58,11 +58,11 @@ def _policy(worlds: list[TurnWorld], latest: TurnWorld | None, deps: Deps) -> tu
 
 
 def _final(
-    ctx: RoundContext, status: str, reason: str, state: ConsolidationState | None, t0: float, **kw: object
+    ctx: RoundContext, status: Status, reason: str, state: ConsolidationState | None, t0: float, **kw: object
 ) -> Next:
     result = ConsolidationResult(
         status=status,
-        reason=reason,  # type: ignore[arg-type]
+        reason=reason,
         state=state.to_json() if state is not None else None,
         start_version=ctx.start_version,
         version=ctx.start_version,

@@ -38,7 +38,7 @@ class ConsolidationResult:
     seconds: float = 0.0
     usage: dict[str, dict[str, int]] = field(default_factory=dict)
     run_id: str | None = None
-    error: dict[str, str] | None = None
+    error: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
         """Every field except ``state`` and ``payload``."""

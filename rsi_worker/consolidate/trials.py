@@ -9,9 +9,11 @@ trial twice. The function never raises for a replay, judge or model failure: tho
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
+from rsi_common.coord import Lease
 from rsi_common.db import get_agent, get_replay_row, get_run, get_world, save_replay_row
 from rsi_common.db.models import ReplayRow
 from rsi_common.errors import CoordinationError, error_record
@@ -52,21 +54,35 @@ def _harness(session: Any, ctx: RoundContext, candidate: str, drafts: Mapping[st
     return materialize(drafts[candidate]["payload"])
 
 
+class _Heartbeat:
+    """The replay's cancel callback: the candidate's cancel flag, and a lease renewal at most every
+    ``lease_s / 3`` seconds so a long replay keeps its run alive; a lost lease cancels the replay."""
+
+    def __init__(self, deps: Deps, ctx: RoundContext, candidate: str) -> None:
+        self.deps, self.ctx, self.candidate = deps, ctx, candidate
+        self.every_s = max(1.0, deps.settings.lease_s / 3)
+        self.last = time.monotonic()
+
+    def __call__(self) -> bool:
+        if time.monotonic() - self.last >= self.every_s:
+            self.last = time.monotonic()
+            lease = Lease(self.ctx.agent_id, self.ctx.token, self.ctx.fence, self.ctx.io_id or "")
+            if not self.deps.coord.renew(lease):
+                return True
+        if self.candidate != INCUMBENT and self.ctx.early_stop:
+            return self.deps.coord.is_cancelled(self.ctx.run_id, self.candidate)
+        return False
+
+
 def _result_of(deps: Deps, ctx: RoundContext, slot: TrialSlot, world: Any, harness: Harness) -> ReplayResult:
     if slot.source != "replay":
         return ReplayResult.from_json(slot.reuse or {})
-    cancel = None
-    if slot.candidate != INCUMBENT and ctx.early_stop:
-
-        def cancel() -> bool:
-            return deps.coord.is_cancelled(ctx.run_id, slot.candidate)
-
     return replay_world(
         world,
         harness,
         PolicySpec(ctx.provider, ctx.model),
         seed=slot.trial,
-        cancelled=cancel,
+        cancelled=_Heartbeat(deps, ctx, slot.candidate),
         llm_factory=lambda p: deps.models(p.provider, p.model, "policy"),
         retry=RetryPolicy.from_settings(deps.settings),
     )

@@ -44,6 +44,9 @@ class Stack:
     settings: Settings
     redis_client: Any = None
     models: ModelFactory | None = None
+    policy_client: ModelClient | None = None
+    """The live turns' model (default: the sim policy); its provider and model are recorded in the
+    worlds, so consolidation replays and roles use the same provider."""
     clock: itertools.count[int] = field(default_factory=lambda: itertools.count(1_700_000_000, 60))
     histories: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
     turns: dict[tuple[str, str], int] = field(default_factory=dict)
@@ -72,6 +75,8 @@ class Stack:
             return load_harness(s, agent, version)
 
     def policy(self) -> ModelClient:
+        if self.policy_client is not None:
+            return self.policy_client
         return make_client("sim", "sim-1", self.settings, role="policy")
 
     def say(self, agent: str, conv: str, text: str, signals: Mapping[str, Any] | None = None) -> TurnResult:
@@ -79,9 +84,9 @@ class Stack:
         key = (agent, conv)
         n = self.turns.get(key, 0) + 1
         history = self.histories.get(key, [])
-        turn = conversation_turn(
-            self.policy(), self.harness(agent), agent, conv, n, text, history, clock=float(next(self.clock))
-        )
+        client = self.policy()
+        plan = {"provider": client.provider, "model": client.model, "clock": float(next(self.clock))}
+        turn = conversation_turn(client, self.harness(agent), agent, conv, n, text, history, **plan)
         assert turn.world is not None, turn.events
         with self.sessions() as s:
             save_world(s, agent, turn.world, dict(signals or {}), retention=self.settings.world_retention)

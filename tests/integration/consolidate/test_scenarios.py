@@ -14,6 +14,7 @@ from rsi_common.harness import H0_VERSION
 from rsi_common.llm import make_client
 from rsi_worker.consolidate import ConsolidationState
 from rsi_worker.scenario import CORRECTION
+from tests.support.factories import HOPELESS_BLOCK, MARKER
 from tests.support.pipeline import ScriptedProposer, Stack, done_action, edit_action, models_with
 
 REQUEST = "Compare laptops: use search query=laptops"
@@ -225,9 +226,6 @@ def test_state_round_trips(stack: Stack) -> None:
     assert ConsolidationState.from_json(state.to_json()).to_json() == state.to_json()
 
 
-MARKER = "HOPELESS"
-HOPELESS_BLOCK = [edit_action('"extra_blocks": []', f'"extra_blocks": ["Answer in the {MARKER} style."]'),
-                  done_action("prompt", "a style instruction")]
 HOPELESS_SKILL = [
     {"action": "write_file", "path": "skills/style/SKILL.md",
      "content": f"---\nname: style\ndescription: The {MARKER} answer procedure.\n---\nUse it.\n"},

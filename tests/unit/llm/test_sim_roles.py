@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from rsi_common.config import Settings
-from rsi_common.llm import ModelRequest, complete_json, make_client
+from rsi_common.llm import ModelClient, ModelRequest, ModelResponse, Usage, complete_json, make_client
 from rsi_common.llm.sim import SimClient
 from rsi_common.llm.sim_roles import judge_verdict, read_signal
 from rsi_common.llm.sim_traits import Answer, apply_traits, render
@@ -165,3 +165,33 @@ def test_the_loop_is_observable() -> None:
 
 def _user(text: str) -> list[dict[str, Any]]:
     return [{"role": "user", "content": text}]
+
+
+class _GarbleFirst:
+    """A client whose first reply is not JSON; then the inner sim client answers."""
+
+    def __init__(self, inner: ModelClient) -> None:
+        self.inner, self.provider, self.model = inner, inner.provider, inner.model
+        self.requests: list[ModelRequest] = []
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        self.requests.append(request)
+        if len(self.requests) == 1:
+            return ModelResponse([{"type": "text", "text": "I think so."}], Usage(1, 1), "end_turn", "sim-1")
+        return self.inner.complete(request)
+
+
+@pytest.mark.parametrize(
+    ("role", "prompt"),
+    [
+        ("judge", judge_prompt("Compare: Basic 10 USD, Pro 25 USD", BASE, CRITERION)),
+        ("judge", judge_prompt("Compare: Basic 10 USD, Pro 25 USD", FIXED, CRITERION)),
+        ("signal", signal_prompt("Compare: Basic 10 USD, Pro 25 USD", BASE, CORRECTION)),
+    ],
+)
+def test_a_complete_json_retry_is_answered_from_the_prompt(role: str, prompt: str) -> None:
+    """The retry conversation ends with a request for JSON; the verdict still comes from the prompt."""
+    client = _GarbleFirst(make_client("sim", "sim-1", Settings(), role=role))
+    retried = complete_json(client, system="(role prompt)", user=prompt)
+    assert len(client.requests) == 2 and len(client.requests[1].messages) == 3
+    assert retried == ask(role, prompt)

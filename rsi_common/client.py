@@ -1,0 +1,510 @@
+"""Host API (SPEC §3.12): record turns and signals, read the current harness, manage versions.
+
+Usage::
+
+    client = RsiClient(Settings())                  # cheap: no connection is opened here
+    harness = client.current_harness("agent-1")     # cached; pub/sub invalidation
+    result = run_turn(plan, harness, model)         # or: client.run_turn("agent-1", plan, model)
+    client.record_turn("agent-1", result)           # stores, then triggers consolidation
+    client.close()
+
+**The turn never waits.** :meth:`RsiClient.record_turn` stores the world in SQL first (the durable
+truth), then hands the trigger to Redis and the broker, each with a short timeout (1 s). If either
+is down, no exception reaches the host: a warning names the agent (never the world), the world stays
+un-enqueued and the sweeper (``rsi_worker.sweeper``) triggers it later. Database errors do raise
+(``sqlalchemy.exc.SQLAlchemyError``): nothing could be stored.
+
+**Thread safety.** One client per process, shared by every thread: the engine, the Redis client and
+the dispatcher pool their connections; the harness cache is locked. Not fork-safe: create the client
+after forking (or :meth:`RsiClient.close` it before). Objects passed in (engine, Redis client,
+dispatcher) are used, never closed; objects the client built from the settings are closed by
+:meth:`RsiClient.close`.
+
+The database schema must be current (``rsi db upgrade``); the client never migrates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from rsi_common import db
+from rsi_common.config import Settings
+from rsi_common.coord import Coordinator
+from rsi_common.dispatch import Dispatcher, KombuDispatcher
+from rsi_common.errors import InvalidInput, SettingsError
+from rsi_common.handoff import COORD_ERRORS, trigger_consolidation
+from rsi_common.harness import H0_VERSION, Harness, diff_trees, h0, materialize, resolve_harness, workspace_of
+from rsi_common.harness.bundled import HarnessLabel
+from rsi_common.host_input import ParsedTurn, check_signals, parse_turn
+from rsi_common.invalidation import HarnessCache, InvalidationListener
+from rsi_common.kernel import RetryPolicy, TurnPlan, TurnResult, run_turn
+from rsi_common.llm import ModelClient
+
+__all__ = [
+    "OWN_LOOP_REASON",
+    "REDIS_TIMEOUT_S",
+    "TRAJECTORY_RETENTION",
+    "AgentInfo",
+    "Dispatched",
+    "RecordedTurn",
+    "RsiClient",
+    "RunInfo",
+    "VersionInfo",
+    "redis_client",
+]
+
+log = logging.getLogger(__name__)
+
+Dispatched = Literal["enqueued", "pending", "deferred", "frozen", "skipped", "off"]
+OWN_LOOP_REASON = "provider runs its own loop"
+"""Reason of the ``skipped`` run row of an own-loop turn (SPEC §3.12.4)."""
+TRAJECTORY_RETENTION = 1_000
+"""Trajectory rows kept per agent (project decision; the spec sets no bound)."""
+REDIS_TIMEOUT_S = 1.0
+"""Connect and socket timeout, in seconds, of the Redis client the client builds itself."""
+
+
+@dataclass(frozen=True)
+class RecordedTurn:
+    """What :meth:`RsiClient.record_turn` / :meth:`RsiClient.record_signals` did.
+
+    Attributes:
+        world_id: the stored world's id; ``None`` when no world was stored (``skipped``, ``off``).
+        io_id: the host's turn id.
+        seq: the world's number in its conversation (from 1); ``None`` without a world.
+        replayable: the stored world can be replayed (false above the size limit or without a world).
+        dispatched: ``enqueued`` (a consolidation was enqueued), ``pending`` (a run is going; it
+            re-runs once for the newest turn), ``deferred`` (Redis or the broker was down; the
+            sweeper triggers it later), ``frozen`` (the agent is frozen: no run), ``skipped``
+            (the provider runs its own loop: one ``skipped`` run row), ``off`` (no world captured:
+            ``RSI_RECORD_WORLD`` off or the kernel refused the world; nothing enqueued).
+        task_id: the Celery task id when ``enqueued``.
+    """
+
+    world_id: str | None
+    io_id: str
+    seq: int | None
+    replayable: bool
+    dispatched: Dispatched
+    task_id: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    """An agent as stored: current version (``None`` = H0), frozen flag, newest applied fence."""
+
+    agent_id: str
+    current_version: str | None
+    frozen: bool
+    applied_fence: int
+
+    @classmethod
+    def of(cls, row: db.AgentRow) -> AgentInfo:
+        return cls(row.id, row.current_version, row.frozen, row.applied_fence)
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One stored harness version with its provenance (SPEC §3.12.10)."""
+
+    version: str
+    parent_version: str | None
+    run_id: str | None
+    summary: dict[str, Any] | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, row: db.HarnessRow) -> VersionInfo:
+        return cls(row.version, row.parent_version, row.run_id, row.summary, row.created_at)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run row (no payload, no state)."""
+
+    run_id: str
+    kind: str
+    io_id: str | None
+    status: str
+    reason: str | None
+    start_version: str | None
+    adopted_version: str | None
+    fence: int | None
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    started_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, row: db.RunRow) -> RunInfo:
+        return cls(row.id, row.kind, row.io_id, row.status, row.reason, row.start_version,
+                   row.adopted_version, row.fence, row.result, row.error, row.started_at, row.finished_at)
+
+
+def redis_client(url: str, *, timeout_s: float = REDIS_TIMEOUT_S) -> redis.Redis:
+    """A redis-py client for coordination: ``timeout_s`` connect/socket timeouts and no retries, so
+    an unreachable Redis fails fast. Accepts kombu's ``redis+socket://<path>`` spelling too."""
+    if url.startswith("redis+socket://"):
+        url = "unix://" + url[len("redis+socket://"):]
+    return redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s,
+                                retry=Retry(NoBackoff(), 0))
+
+
+def _version_arg(version: str | None) -> str | None:
+    """``None`` and :data:`H0_VERSION` both name H0 (no stored row)."""
+    if version is None or version == H0_VERSION:
+        return None
+    if not isinstance(version, str) or not version:
+        raise InvalidInput(f"version must be a stored version id or None (H0), got {version!r}")
+    return version
+
+
+class RsiClient:
+    """The host API (module docstring).
+
+    Args:
+        settings: the settings (``database_url``, ``redis_url``, retention, cache TTL, …).
+        engine: SQLAlchemy engine (default: built from ``settings.database_url``).
+        redis: Redis client for coordination and invalidation (default: built from
+            ``settings.redis_url``; in the embedded in-process mode pass a fakeredis client).
+        dispatcher: task dispatcher (default: :class:`KombuDispatcher` on ``settings.redis_url``).
+        trajectory_retention: trajectory rows kept per agent.
+
+    Raises:
+        SettingsError: ``redis`` or ``dispatcher`` is missing and ``settings.redis_url`` is unset.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        engine: Engine | None = None,
+        redis: redis.Redis | None = None,
+        dispatcher: Dispatcher | None = None,
+        trajectory_retention: int = TRAJECTORY_RETENTION,
+    ) -> None:
+        if (redis is None or dispatcher is None) and not settings.redis_url:
+            raise SettingsError("RSI_REDIS_URL is not set: set it, or pass redis= and dispatcher= "
+                                "(e.g. fakeredis and a memory:// KombuDispatcher in the embedded mode)")
+        self.settings = settings
+        self.trajectory_retention = trajectory_retention
+        self._owned: list[Callable[[], None]] = []
+        if engine is None:
+            engine = db.make_engine(settings.database_url)
+            self._owned.append(engine.dispose)
+        self.engine = engine
+        self._sessions = db.session_factory(self.engine)
+        if redis is None:
+            redis = redis_client(str(settings.redis_url))
+            self._owned.append(redis.close)
+        self.redis = redis
+        self.coord = Coordinator(redis, settings.lease_s)
+        if dispatcher is None:
+            kombu = KombuDispatcher(str(settings.redis_url),
+                                    transport_options={"visibility_timeout": settings.visibility_timeout_s})
+            self._owned.append(kombu.close)
+            dispatcher = kombu
+        self.dispatcher: Dispatcher = dispatcher
+        self._cache: HarnessCache[tuple[Harness, HarnessLabel]] = HarnessCache(settings.harness_cache_ttl_s)
+        self._listener = InvalidationListener(redis, self._cache.invalidate, self._cache.clear)
+        self._listener_lock = threading.Lock()
+        self._listener_started = False
+
+    # --- recording --------------------------------------------------------------------------------
+
+    def record_turn(self, agent_id: str, turn: TurnResult | dict[str, Any]) -> RecordedTurn:
+        """Store a finished turn and trigger the agent's consolidation (SPEC §3.12.1, §3.12.4).
+
+        In one transaction: the agent is created if new, the world is stored (``seq`` = max in the
+        conversation + 1; latest ``world_retention`` worlds kept), the trajectory is stored (latest
+        ``trajectory_retention`` kept) and run retention is applied. Then, outside the transaction:
+        a frozen agent gets no run; an own-loop turn got one ``skipped`` run row; otherwise
+        ``try_begin`` → enqueue ``consolidate`` (or the pending mark) and the world is marked
+        enqueued. Recording the same ``io_id`` again stores nothing new and triggers again.
+
+        Args:
+            agent_id: the agent (created on its first turn).
+            turn: a ``TurnResult`` or a turn mapping (:mod:`rsi_common.host_input`).
+
+        Returns:
+            The :class:`RecordedTurn`; ``deferred`` when Redis or the broker was unreachable.
+
+        Raises:
+            WorldError: malformed world, naming the field; nothing is stored.
+            CredentialError: the world, trajectory or signals contain a credential; nothing is stored.
+            InvalidInput: any other malformed input; nothing is stored.
+            sqlalchemy.exc.SQLAlchemyError: the database failed; nothing is stored.
+        """
+        parsed = parse_turn(agent_id, turn, record_world=self.settings.record_world)
+        if parsed.own_loop:
+            return self._record_without_world(agent_id, parsed, skipped=True)
+        if parsed.world is None:
+            return self._record_without_world(agent_id, parsed, skipped=False)
+        with self._sessions.begin() as s:
+            row = db.save_world(s, agent_id, parsed.world, parsed.signals,
+                                retention=self.settings.world_retention)
+            agent = s.get(db.AgentRow, agent_id)  # created and locked (fresh) by save_world: no query
+            frozen = agent is not None and agent.frozen
+            if frozen:  # no trigger is due; also for a repeated turn first saved before the freeze
+                db.mark_enqueued(s, [row.id])
+            self._save_trajectory(s, parsed)
+            db.retain_runs(s, agent_id, self.settings.run_retention)
+        recorded = RecordedTurn(row.id, row.io_id, row.seq, row.replayable, "frozen")
+        return recorded if frozen else self._hand_off(agent_id, recorded)
+
+    def _save_trajectory(self, s: Session, parsed: ParsedTurn) -> None:
+        if parsed.trajectory is not None:
+            db.save_trajectory(s, parsed.trajectory, retention=self.trajectory_retention)
+
+    def _record_without_world(self, agent_id: str, parsed: ParsedTurn, *, skipped: bool) -> RecordedTurn:
+        with self._sessions.begin() as s:
+            db.ensure_agent(s, agent_id)
+            self._save_trajectory(s, parsed)
+            if skipped:
+                db.skip_run(s, agent_id, io_id=parsed.io_id, reason=OWN_LOOP_REASON)
+                db.retain_runs(s, agent_id, self.settings.run_retention)
+        return RecordedTurn(None, parsed.io_id, None, False, "skipped" if skipped else "off")
+
+    def _hand_off(self, agent_id: str, recorded: RecordedTurn) -> RecordedTurn:
+        handoff = trigger_consolidation(self.coord, self.dispatcher, agent_id, recorded.io_id)
+        if handoff.handed_off and recorded.world_id is not None:
+            try:
+                with self._sessions.begin() as s:
+                    db.mark_enqueued(s, [recorded.world_id])
+            except SQLAlchemyError as exc:  # the sweeper triggers it once more: harmless
+                log.warning("agent %s: world handed off but not marked (%s)", agent_id, type(exc).__name__)
+        return dataclasses.replace(recorded, dispatched=handoff.outcome, task_id=handoff.task_id)
+
+    def record_signals(self, agent_id: str, io_id: str, signals: dict[str, Any]) -> RecordedTurn:
+        """Merge explicit signals into a stored turn's world and trigger like :meth:`record_turn`.
+
+        Top-level keys replace the stored ones; ``implicit`` (written by consolidation) is never
+        overwritten. The world's ``enqueued_at`` is cleared in the same transaction, so a failed
+        trigger is retried by the sweeper. A frozen agent's signals are stored without a trigger.
+
+        Raises:
+            UnknownAgentError: no such agent.
+            InvalidInput: no stored world for ``io_id`` (never recorded, or removed by retention),
+                or malformed signals (named ``signals.<key>``).
+            CredentialError: a signal looks like a credential.
+        """
+        if not isinstance(io_id, str) or not io_id:
+            raise InvalidInput(f"io_id must be a non-empty string, got {io_id!r}")
+        clean = check_signals(signals)
+        with self._sessions.begin() as s:
+            frozen = db.get_agent(s, agent_id).frozen
+            row = db.update_signals(s, agent_id, clean, io_id=io_id)
+            if row is None:
+                raise InvalidInput(f"agent {agent_id!r} has no stored world for io {io_id!r} "
+                                   "(never recorded, or removed by retention)")
+            if not frozen:
+                row.enqueued_at = None
+        recorded = RecordedTurn(row.id, row.io_id, row.seq, row.replayable, "frozen")
+        return recorded if frozen else self._hand_off(agent_id, recorded)
+
+    # --- the current harness ----------------------------------------------------------------------
+
+    def current_harness(self, agent_id: str) -> Harness:
+        """The harness the agent's next turn must use (SPEC §5.4, §3.12.9).
+
+        ``RSI_HARNESS_DIR`` (admin pin) wins; else the payload of the agent's ``current_version``;
+        else H0 — also for an agent never seen (its first turn runs with H0). Cached per process
+        for ``harness_cache_ttl_s``; an adopt, rollback, pin or clone published on ``rsi:harness``
+        drops the entry at once (the listener thread starts on the first call).
+
+        Raises:
+            TamperError, ManifestError, PathEscapeError: the stored payload or pinned directory is
+                invalid (never silently replaced by H0).
+        """
+        return self._resolve(agent_id)[0]
+
+    def _resolve(self, agent_id: str) -> tuple[Harness, HarnessLabel]:
+        self._ensure_listener()
+        hit = self._cache.get(agent_id)
+        if hit is not None:
+            return hit
+        token = self._cache.token(agent_id)
+        payload = None if self.settings.harness_dir else self._current_payload(agent_id)
+        value = resolve_harness(self.settings.harness_dir, payload)
+        self._cache.put(agent_id, value, token)
+        return value
+
+    def _current_payload(self, agent_id: str) -> dict[str, Any] | None:
+        with self._read() as s:
+            agent = s.get(db.AgentRow, agent_id)
+            if agent is None or agent.current_version is None:
+                return None
+            return db.get_harness(s, agent_id, agent.current_version).payload
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Session]:
+        """A read-only session (a deferred transaction on SQLite: no write lock taken)."""
+        with self._sessions() as s:
+            s.connection(execution_options={"sqlite_begin": "DEFERRED"})
+            yield s
+
+    def _ensure_listener(self) -> None:
+        if self._listener_started:
+            return
+        with self._listener_lock:
+            if not self._listener_started:
+                self._listener.start()
+                self._listener_started = True
+
+    def start_listener(self, wait_s: float = 1.0) -> bool:
+        """Start the invalidation listener now (it otherwise starts on the first
+        :meth:`current_harness`) and wait up to ``wait_s`` for its subscription.
+
+        Returns:
+            Whether the listener is subscribed (False: Redis unreachable; the TTL still applies).
+        """
+        self._ensure_listener()
+        return self._listener.wait_subscribed(wait_s)
+
+    def _changed(self, agent_id: str) -> None:
+        """Drop the local cache entry and publish the change to every other process."""
+        self._cache.invalidate(agent_id)
+        try:
+            self.coord.publish_harness_change(agent_id)
+        except COORD_ERRORS as exc:
+            log.warning("agent %s: harness change not published (%s); other hosts see it within %s s",
+                        agent_id, type(exc).__name__, self.settings.harness_cache_ttl_s)
+
+    # --- versions ---------------------------------------------------------------------------------
+
+    def _update(self, agent_id: str, change: Callable[[Session], db.AgentRow]) -> AgentInfo:
+        with self._sessions.begin() as s:
+            info = AgentInfo.of(change(s))
+        self._changed(agent_id)
+        return info
+
+    def rollback(self, agent_id: str, version: str | None) -> AgentInfo:
+        """Make a stored ``version`` (``None`` or ``H0_VERSION`` = H0) current from the next turn.
+
+        A run going meanwhile will not adopt (SPEC §3.12.7 b). Publishes the invalidation.
+
+        Raises:
+            UnknownAgentError: no such agent.
+            UnknownVersionError: the version is not stored for this agent.
+        """
+        v = _version_arg(version)
+        return self._update(agent_id, lambda s: db.rollback_to(s, agent_id, v))
+
+    def pin(self, agent_id: str, version: str | None) -> AgentInfo:
+        """Like :meth:`rollback`, and freeze the agent (no further consolidation)."""
+        v = _version_arg(version)
+        return self._update(agent_id, lambda s: db.pin(s, agent_id, v))
+
+    def freeze(self, agent_id: str) -> AgentInfo:
+        """Stop consolidating the agent; its turns are still recorded. Raises ``UnknownAgentError``."""
+        return self._update(agent_id, lambda s: db.freeze(s, agent_id))
+
+    def unfreeze(self, agent_id: str) -> AgentInfo:
+        """Resume consolidating the agent (from its next trigger). Raises ``UnknownAgentError``."""
+        return self._update(agent_id, lambda s: db.unfreeze(s, agent_id))
+
+    def clone(self, agent_id: str, new_agent_id: str) -> AgentInfo:
+        """Give ``new_agent_id`` (created if absent) the lineage and current version of ``agent_id``.
+
+        Raises:
+            UnknownAgentError: the source does not exist.
+            InvalidInput: source and target are the same agent, or the new id is invalid.
+        """
+        return self._update(new_agent_id, lambda s: db.clone_agent(s, agent_id, new_agent_id))
+
+    # --- reads ------------------------------------------------------------------------------------
+
+    def agent(self, agent_id: str) -> AgentInfo:
+        """The stored agent. Raises ``UnknownAgentError``."""
+        with self._read() as s:
+            return AgentInfo.of(db.get_agent(s, agent_id))
+
+    def lineage(self, agent_id: str) -> list[VersionInfo]:
+        """Every stored version of the agent, oldest first. Raises ``UnknownAgentError``."""
+        with self._read() as s:
+            return [VersionInfo.of(r) for r in db.lineage(s, agent_id)]
+
+    def runs(self, agent_id: str, limit: int = 50) -> list[RunInfo]:
+        """The agent's latest runs, newest first. Raises ``UnknownAgentError``."""
+        with self._read() as s:
+            db.get_agent(s, agent_id)
+            return [RunInfo.of(r) for r in db.runs(s, agent_id, limit)]
+
+    def diff(self, agent_id: str, v1: str | None, v2: str | None) -> str:
+        """Unified diff between two versions' workspaces (``None`` / ``H0_VERSION`` = H0); ``""`` if equal.
+
+        Raises:
+            UnknownAgentError: no such agent.
+            UnknownVersionError: a version is not stored for this agent.
+        """
+        with self._read() as s:
+            db.get_agent(s, agent_id)
+            trees = []
+            for version in (_version_arg(v1), _version_arg(v2)):
+                if version is None:
+                    trees.append(workspace_of(h0()))
+                else:
+                    trees.append(workspace_of(materialize(db.get_harness(s, agent_id, version).payload)))
+        return diff_trees(trees[0], trees[1])
+
+    # --- convenience ------------------------------------------------------------------------------
+
+    def run_turn(self, agent_id: str, plan: TurnPlan, model_client: ModelClient, *,
+                 seed: int | None = None) -> TurnResult:
+        """Resolve the harness, run one kernel turn with it, record the turn, return the result.
+
+        The harness is resolved once, before the turn, and used for the whole turn (ARCHITECTURE
+        invariant 1): a change published meanwhile applies from the next turn. World capture
+        follows ``RSI_RECORD_WORLD``; model retries follow the settings. A database failure while
+        recording is logged (the answer is still returned); an unreachable Redis or broker defers.
+
+        Raises:
+            InvalidInput: ``plan.io_id`` is empty, or ``plan.agent_id`` names another agent.
+        """
+        if not plan.io_id:
+            raise InvalidInput("plan.io_id: a recorded turn needs the host's turn id")
+        if plan.agent_id and plan.agent_id != agent_id:
+            raise InvalidInput(f"plan.agent_id {plan.agent_id!r} differs from {agent_id!r}")
+        if not plan.agent_id:
+            plan = dataclasses.replace(plan, agent_id=agent_id)
+        harness, label = self._resolve(agent_id)
+        result = run_turn(plan, harness, model_client, record_world=self.settings.record_world, seed=seed,
+                          retry=RetryPolicy.from_settings(self.settings), lineage=label)
+        try:
+            self.record_turn(agent_id, result)
+        except SQLAlchemyError as exc:
+            log.error("agent %s: turn %s not recorded: database error %s", agent_id, plan.io_id,
+                      type(exc).__name__)
+        return result
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the listener and close what the client built itself. Idempotent."""
+        self._listener.stop()
+        while self._owned:
+            closer = self._owned.pop()
+            try:
+                closer()
+            except Exception as exc:  # closing must not fail the host's shutdown
+                log.debug("closing %s failed: %s", closer, type(exc).__name__)
+
+    def __enter__(self) -> RsiClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,185 @@
+"""What a host hands to :class:`~rsi_common.client.RsiClient`: turns and signals, checked before
+anything is stored (a validation error is reported to the caller and nothing is written).
+
+A **turn** is either a :class:`~rsi_common.kernel.TurnResult` from ``run_turn`` or a mapping with
+the keys
+
+=============  ==========================================================================================
+``world``      the captured ``rsi-world/1`` record (dict), or ``None``/absent when nothing was captured
+``trajectory`` the content-free trajectory record (SPEC §7.5), optional
+``signals``    initial explicit signals (SPEC §3.4), optional
+``own_loop``   ``True`` when the provider ran its own tool loop (a CLI agent): no world may be given,
+               the turn gets one ``skipped`` run row (SPEC §3.12.4)
+``io_id``      the host's turn id; needed only when there is no world (else the world's ``io_id``)
+=============  ==========================================================================================
+
+Unknown keys are an error. Decisions where the spec is silent:
+
+* The world goes through :func:`~rsi_common.world.finalize_world` (idempotent for kernel worlds):
+  validation naming the field, clipping, the size limit (a world above ``MAX_WORLD_BYTES`` is kept
+  with ``replayable = false``) and the credential refusal. An empty ``agent_id`` is filled with the
+  recording agent; another agent's id is an error.
+* With ``RSI_RECORD_WORLD`` off the world is **dropped** (capture off means no world rows at all),
+  only the trajectory is stored and nothing is enqueued.
+* Signals: the keys of SPEC §3.4 only, type-checked (``stars`` an int 1..5 or null, ``criteria`` a list
+  of strings); ``implicit`` is dropped (only a consolidation run writes it); an unknown key is an
+  error (a misspelt signal must not vanish); a string that matches a credential pattern is refused.
+* The trajectory is checked the same way for credentials (it should carry none by construction);
+  a missing ``trajectory_id`` is generated.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rsi_common.credentials import find_credentials
+from rsi_common.errors import CredentialError, InvalidInput, WorldError
+from rsi_common.kernel import TurnResult
+from rsi_common.world import finalize_world
+
+__all__ = ["SIGNAL_KEYS", "TURN_KEYS", "ParsedTurn", "check_signals", "parse_turn"]
+
+TURN_KEYS: tuple[str, ...] = ("world", "trajectory", "signals", "own_loop", "io_id")
+"""Keys a turn mapping may have."""
+SIGNAL_KEYS: tuple[str, ...] = ("expected", "stars", "issue", "comment", "criteria")
+"""Explicit signals a host may set (SPEC §3.4); ``implicit`` is written by consolidation only."""
+
+
+@dataclass(frozen=True)
+class ParsedTurn:
+    """A checked turn, ready to store.
+
+    Attributes:
+        io_id: the host's turn id ("" only when no world and no id was given, for ``off`` turns).
+        world: the finalized world, or ``None`` (capture off, refused by the kernel, own loop).
+        trajectory: the trajectory record with ``agent_id`` and ``trajectory_id`` set, or ``None``.
+        signals: checked initial signals.
+        own_loop: the provider ran its own tool loop.
+    """
+
+    io_id: str
+    world: dict[str, Any] | None
+    trajectory: dict[str, Any] | None
+    signals: dict[str, Any]
+    own_loop: bool
+
+
+def _refuse(where: str, value: Any) -> None:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    labels = find_credentials(text)
+    if labels:
+        raise CredentialError(f"{where}: looks like a credential ({', '.join(labels)}); refused")
+
+
+def check_signals(signals: Any, where: str = "signals") -> dict[str, Any]:
+    """Check explicit signals (module docstring) and return a clean copy without ``implicit``.
+
+    Raises:
+        InvalidInput: not a mapping, an unknown key or a wrongly typed value (named ``signals.<key>``).
+        CredentialError: a value looks like a credential.
+    """
+    if signals is None:
+        return {}
+    if not isinstance(signals, Mapping):
+        raise InvalidInput(f"{where}: must be an object, got {type(signals).__name__}")
+    out: dict[str, Any] = {}
+    for key, value in signals.items():
+        name = f"{where}.{key}"
+        if key == "implicit":
+            continue
+        if key not in SIGNAL_KEYS:
+            raise InvalidInput(f"{name}: unknown signal; known: {', '.join(SIGNAL_KEYS)}")
+        if key == "stars":
+            ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 5)
+            if not ok:
+                raise InvalidInput(f"{name}: must be an integer 1..5 or null, got {value!r}")
+        elif key == "criteria":
+            if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+                raise InvalidInput(f"{name}: must be a list of strings")
+        elif not isinstance(value, str):
+            raise InvalidInput(f"{name}: must be a string, got {type(value).__name__}")
+        _refuse(name, value)
+        out[key] = list(value) if key == "criteria" else value
+    return out
+
+
+def _world(agent_id: str, world: Any) -> dict[str, Any]:
+    if not isinstance(world, Mapping):
+        raise WorldError(f"<world>: a world must be a JSON object, got {type(world).__name__}")
+    named = world.get("agent_id")
+    if named not in (None, "", agent_id):
+        raise WorldError(f"agent_id: the world names agent {named!r}, not {agent_id!r}")
+    data = dict(world)
+    data["agent_id"] = agent_id
+    final = finalize_world(data)
+    if not final["io_id"]:
+        raise WorldError("io_id: a world needs the host's turn id")
+    return final
+
+
+def _trajectory(agent_id: str, io_id: str, trajectory: Any) -> dict[str, Any] | None:
+    if trajectory is None:
+        return None
+    if not isinstance(trajectory, Mapping):
+        raise InvalidInput(f"trajectory: must be an object, got {type(trajectory).__name__}")
+    named = trajectory.get("agent_id")
+    if named not in (None, "", agent_id):
+        raise InvalidInput(f"trajectory.agent_id: names agent {named!r}, not {agent_id!r}")
+    out = dict(trajectory)
+    out["agent_id"] = agent_id
+    out["trajectory_id"] = str(out.get("trajectory_id") or "t_" + uuid.uuid4().hex[:24])
+    if not out.get("io_id"):
+        out["io_id"] = io_id or None
+    _refuse("trajectory", out)
+    return out
+
+
+def _fields(turn: Any) -> dict[str, Any]:
+    if isinstance(turn, TurnResult):
+        return {"world": turn.world, "trajectory": turn.trajectory}
+    if not isinstance(turn, Mapping):
+        raise InvalidInput(f"a turn must be a TurnResult or a mapping, got {type(turn).__name__}")
+    unknown = sorted(str(k) for k in turn if k not in TURN_KEYS)
+    if unknown:
+        raise InvalidInput(f"turn: unknown key(s) {', '.join(unknown)}; known: {', '.join(TURN_KEYS)}")
+    return dict(turn)
+
+
+def parse_turn(agent_id: str, turn: Any, *, record_world: bool) -> ParsedTurn:
+    """Check a turn (module docstring) without storing anything.
+
+    Args:
+        agent_id: the recording agent.
+        turn: a ``TurnResult`` or a turn mapping.
+        record_world: ``RSI_RECORD_WORLD``; when false the world is dropped.
+
+    Raises:
+        WorldError: the world is malformed (the message starts with the field path).
+        CredentialError: the world, trajectory or signals contain a credential.
+        InvalidInput: anything else malformed (unknown key, bad signals, own loop with a world, no io id).
+    """
+    if not isinstance(agent_id, str) or not agent_id.strip():
+        raise InvalidInput(f"agent id must be a non-blank string, got {agent_id!r}")
+    f = _fields(turn)
+    own_loop = f.get("own_loop", False)
+    if not isinstance(own_loop, bool):
+        raise InvalidInput(f"own_loop: must be a boolean, got {own_loop!r}")
+    if own_loop and f.get("world") is not None:
+        raise InvalidInput("own_loop: a provider that runs its own loop gives no world; pass world=None")
+    signals = check_signals(f.get("signals"))
+    world = _world(agent_id, f["world"]) if f.get("world") is not None and record_world else None
+    raw_traj, raw_world = f.get("trajectory"), f.get("world")
+    given_io = (f.get("io_id") or (raw_world.get("io_id") if isinstance(raw_world, Mapping) else None)
+                or (raw_traj.get("io_id") if isinstance(raw_traj, Mapping) else None) or "")
+    if not isinstance(given_io, str):
+        raise InvalidInput(f"io_id: must be a string, got {given_io!r}")
+    if world is not None and f.get("io_id") not in (None, "", world["io_id"]):
+        raise InvalidInput(f"io_id: turn io_id {f['io_id']!r} differs from the world's {world['io_id']!r}")
+    io_id = world["io_id"] if world is not None else given_io
+    if own_loop and not io_id:
+        raise InvalidInput("io_id: an own-loop turn needs the host's turn id (turn['io_id'])")
+    return ParsedTurn(io_id, world, _trajectory(agent_id, io_id, raw_traj), signals, own_loop)

@@ -1,0 +1,148 @@
+"""The Celery app factory and queue routing (ARCHITECTURE §1, §3, §5).
+
+One app per process, built from :class:`~rsi_common.config.Settings` by :func:`create_app`; the
+tasks of :mod:`rsi_worker.tasks` are registered on it. Connection objects (database engine, Redis
+client, coordinator) are built lazily per *process* by :class:`WorkerContext` — a forked pool
+child builds its own — and are never module globals.
+
+Delivery contract (at-least-once): ``task_acks_late`` with ``worker_prefetch_multiplier = 1``
+and ``task_reject_on_worker_lost``: a task whose worker dies is delivered again (at once when a
+pool child dies, after ``visibility_timeout_s`` when the whole node dies). Every task is
+idempotent (see each task's docstring); :meth:`WorkerContext.count_delivery` caps redeliveries.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from typing import Any
+
+from celery import Celery
+
+from rsi_common.config import Settings
+from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUE_JUDGE, QUEUE_REPLAY, QUEUES, celery_queue
+from rsi_common.errors import SettingsError
+from rsi_worker.consolidate import ModelFactory, default_models
+from rsi_worker.wiring import Runtime, open_runtime
+
+__all__ = ["TASK_ROUTES", "WorkerContext", "broker_urls", "create_app", "load_model_factory"]
+
+TASK_ROUTES: dict[str, dict[str, str]] = {
+    "rsi.consolidate": {"queue": QUEUE_CONSOLIDATE},
+    "rsi.draft_candidate": {"queue": QUEUE_CONSOLIDATE},
+    "rsi.launch_candidates": {"queue": QUEUE_CONSOLIDATE},
+    "rsi.sweep": {"queue": QUEUE_CONSOLIDATE},
+    "rsi.replay_trial": {"queue": QUEUE_REPLAY},
+    "rsi.after_incumbent": {"queue": QUEUE_JUDGE},
+    "rsi.judge_round": {"queue": QUEUE_JUDGE},
+}
+"""Task name → queue. ``replay`` carries the fan-out; ``judge`` the chord bodies."""
+
+DELIVERY_TTL_S = 24 * 3600
+
+
+def broker_urls(settings: Settings) -> tuple[str, str]:
+    """``(broker, result backend)``: Redis when ``RSI_REDIS_URL`` is set, else in-memory."""
+    if settings.redis_url:
+        return settings.redis_url, settings.redis_url
+    return "memory://", "cache+memory://"
+
+
+def load_model_factory(settings: Settings) -> ModelFactory:
+    """``RSI_MODEL_FACTORY`` (``"module:callable"``, called with the settings) or the default."""
+    spec = settings.model_factory
+    if not spec:
+        return default_models(settings)
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise SettingsError(f"RSI_MODEL_FACTORY must look like 'package.module:callable', got {spec!r}")
+    factory = getattr(importlib.import_module(module), name)
+    built: ModelFactory = factory(settings)
+    return built
+
+
+class WorkerContext:
+    """Per-process connection objects of a worker, built on first use (fork-safe)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._runtime: Runtime | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def runtime(self) -> Runtime:
+        with self._lock:
+            if self._runtime is None or self._pid != os.getpid():
+                self._runtime = open_runtime(self.settings, models=load_model_factory(self.settings))
+                self._pid = os.getpid()
+            return self._runtime
+
+    def reset(self) -> None:
+        """Forget this process's connections (after a fork, or in tests)."""
+        with self._lock:
+            if self._runtime is not None and self._pid == os.getpid():
+                self._runtime.close()
+            self._runtime = None
+
+    def count_delivery(self, task_id: str) -> int:
+        """How many times the task with ``task_id`` has started (1 on the first delivery)."""
+        client = self.runtime().redis
+        key = f"rsi:task:{task_id}:deliveries"
+        n = int(client.incr(key))
+        if n == 1:
+            client.expire(key, DELIVERY_TTL_S)
+        return n
+
+
+def create_app(settings: Settings, *, name: str = "rsi") -> Celery:
+    """The Celery app of ``settings`` with rsi-worker's tasks registered.
+
+    Celery settings: late acks, prefetch 1, reject on worker lost, JSON only, per-queue routing,
+    visibility timeout above the hard time limit, soft/hard time limits, task events on, and the
+    sweeper on the beat schedule every ``sweep_interval_s``.
+    """
+    broker, backend = broker_urls(settings)
+    app = Celery(name, broker=broker, backend=backend, set_as_current=False)
+    # Unacked messages of a dead worker come back after the visibility timeout: scan for them on
+    # every restore cycle (kombu's default throttle would make that ~100 s), and never let a dead
+    # worker's restore mutex block the others for longer than a few cycles.
+    transport = {
+        "visibility_timeout": settings.visibility_timeout_s,
+        "unacked_restore_throttle": 1,
+        "unacked_restore_interval": max(1, min(10, settings.visibility_timeout_s // 4)),
+        "unacked_mutex_expire": max(5, min(60, settings.visibility_timeout_s // 2)),
+    }
+    app.conf.update(
+        task_queues=[celery_queue(q) for q in QUEUES],
+        task_default_queue=QUEUE_CONSOLIDATE,
+        task_routes=TASK_ROUTES,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        broker_transport_options=transport,
+        result_backend_transport_options=transport,
+        broker_connection_retry_on_startup=True,
+        task_soft_time_limit=settings.task_soft_time_limit_s,
+        task_time_limit=settings.task_time_limit_s,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        result_expires=DELIVERY_TTL_S,
+        worker_hijack_root_logger=False,
+        beat_schedule={"rsi-sweep": {"task": "rsi.sweep", "schedule": settings.sweep_interval_s}},
+    )
+    ctx = WorkerContext(settings)
+    app.rsi = ctx
+    from rsi_worker.tasks import register
+
+    register(app, ctx)
+    return app
+
+
+def app_from_env() -> Any:
+    """The app of this process's environment (the ``celery -A rsi_worker.app:app_from_env`` hook)."""
+    return create_app(Settings())
