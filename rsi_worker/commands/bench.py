@@ -1,0 +1,83 @@
+"""``rsi bench``: the benchmarks (speed and memory targets are measured here, never in tests)."""
+
+from __future__ import annotations
+
+import typer
+
+bench = typer.Typer(no_args_is_help=True, help="Benchmarks (speed and memory targets are measured here).")
+
+
+@bench.command("replay")
+def bench_replay_cmd(
+    n: int = typer.Option(200, "--n", min=1, help="Worlds in the generated pool (one replay each)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Per-replay kernel overhead under H0 (sim model, latency 0) and 2 MB world load time."""
+    import json
+
+    from rsi_worker.bench.replay import bench_replay
+
+    report = bench_replay(n)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"rsi bench replay (n={n}, target median overhead < 5 ms)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in report.items():
+        table.add_row(key, str(value))
+    Console().print(table)
+
+
+@bench.command("ingest")
+def bench_ingest_cmd(
+    turns: int = typer.Option(10_000, "--turns", min=1, help="Timed record_turn calls."),
+    agents: int = typer.Option(100, "--agents", min=1, help="Agents the turns are spread over."),
+    backend: str = typer.Option("both", "--backend", help="sqlite, postgres or both."),
+    threads: int = typer.Option(1, "--threads", min=1, help="Concurrent callers sharing one client."),
+    as_json: bool = typer.Option(False, "--json", help="Print the reports as JSON."),
+) -> None:
+    """record_turn throughput and p50/p99 latency: real SQL, Redis and Celery-message publish
+    (private redis-server and PostgreSQL are started and removed)."""
+    import json
+
+    from rsi_worker.bench.ingest import Backend, bench_ingest_backends
+
+    choices: dict[str, list[Backend]] = {
+        "sqlite": ["sqlite"],
+        "postgres": ["postgres"],
+        "both": ["sqlite", "postgres"],
+    }
+    if backend not in choices:
+        raise typer.BadParameter("must be sqlite, postgres or both", param_hint="--backend")
+    reports = bench_ingest_backends(choices[backend], turns, agents, threads=threads)
+    if as_json:
+        typer.echo(json.dumps(reports, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"rsi bench ingest (turns={turns}, agents={agents}, threads={threads})")
+    table.add_column("metric")
+    for report in reports:
+        table.add_column(str(report["backend"]), justify="right")
+    for key in (
+        "turns_per_s",
+        "p50_ms",
+        "p99_ms",
+        "max_ms",
+        "mean_ms",
+        "seconds",
+        "outcomes",
+        "broker_messages",
+        "world_bytes_mean",
+    ):
+        table.add_row(key, *(str(r.get(key)) for r in reports))
+    for outcome in sorted({o for r in reports for o in r["by_outcome"]}):
+        for stat in ("p50_ms", "p99_ms"):
+            cells = (str(r["by_outcome"].get(outcome, {}).get(stat)) for r in reports)
+            table.add_row(f"{outcome} {stat}", *cells)
+    Console().print(table)
