@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/rsi demo
+	$(VENV)/bin/rsi demo --fresh
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -155,6 +155,18 @@ class RunInfo:
                    row.adopted_version, row.fence, row.result, row.error, row.started_at, row.finished_at)
 
 
+@dataclass(frozen=True)
+class RunProgress:
+    """A run's phase (``open``, ``incumbent``, ``drafting``, ``candidates`` or its final status)
+    and its stored trials of that phase out of the planned ones."""
+
+    run_id: str
+    status: str
+    phase: str
+    trials_done: int
+    trials_total: int
+
+
 def redis_client(url: str, *, timeout_s: float = REDIS_TIMEOUT_S) -> redis.Redis:
     """A redis-py client for coordination: ``timeout_s`` connect/socket timeouts and no retries, so
     an unreachable Redis fails fast. Accepts kombu's ``redis+socket://<path>`` spelling too."""
@@ -443,6 +455,26 @@ class RsiClient:
         with self._read() as s:
             db.get_agent(s, agent_id)
             return [RunInfo.of(r) for r in db.runs(s, agent_id, limit)]
+
+    def progress(self, run_id: str) -> RunProgress:
+        """Where a run is (for progress displays): its phase and how many of its trials are stored.
+
+        Raises:
+            InvalidInput: no such run.
+        """
+        with self._read() as s:
+            run = db.get_run(s, run_id)
+            params = run.params or {}
+            slots = params.get("slots") or {}
+            rows = db.replay_rows(s, run_id)
+        phase = str(params.get("phase") or "open") if run.status == "running" else run.status
+        if phase == "candidates":
+            total = sum(len(v) for k, v in slots.items() if k != "incumbent")
+            done = sum(1 for r in rows if r.candidate != "incumbent")
+        else:
+            total = len(slots.get("incumbent") or [])
+            done = sum(1 for r in rows if r.candidate == "incumbent")
+        return RunProgress(run_id, run.status, phase, done, total)
 
     def diff(self, agent_id: str, v1: str | None, v2: str | None) -> str:
         """Unified diff between two versions' workspaces (``None`` / ``H0_VERSION`` = H0); ``""`` if equal.

@@ -220,6 +220,33 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, _FlatPrefixSource(settings_cls), env_settings)
 
+    def to_env(self) -> dict[str, str]:
+        """The ``RSI_*`` variables that reproduce these settings in a child process (secrets
+        included: pass the result only to processes you start, never log it)."""
+        env: dict[str, str] = {}
+
+        def text(value: Any) -> str:
+            if isinstance(value, SecretStr):
+                return value.get_secret_value()
+            if isinstance(value, bool):
+                return "true" if value else "false"
+            return str(value)
+
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if name == "sim":
+                env.update({f"RSI_SIM_{k.upper()}": text(v) for k, v in value.model_dump().items()})
+            elif name == "roles":
+                for role in ROLES:
+                    for k, v in getattr(value, role).model_dump().items():
+                        if v is not None:
+                            env[f"RSI_ROLE_{role.upper()}_{k.upper()}"] = text(v)
+            elif name == "consolidation":
+                env.update({f"RSI_CONSOLIDATION__{k.upper()}": text(v) for k, v in value.model_dump().items()})
+            elif value is not None:
+                env[f"RSI_{name.upper()}"] = text(value)
+        return env
+
     def api_key(self, provider: str) -> str | None:
         """The plain API key of ``provider`` (only model clients call this)."""
         secret = {"anthropic": self.anthropic_api_key, "openai": self.openai_api_key}.get(provider)

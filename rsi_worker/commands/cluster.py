@@ -1,4 +1,4 @@
-"""Running the cluster: ``rsi worker``, ``rsi beat``, ``rsi consolidate``, ``rsi demo``."""
+"""Running the cluster: ``rsi worker``, ``rsi beat``, ``rsi consolidate`` (``rsi demo``: own module)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import typer
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
+    from rsi_worker.commands.demo import demo
+
     app.command()(demo)
     app.command()(consolidate)
     app.command(context_settings=EXTRA)(worker)
@@ -14,11 +16,6 @@ def register(app: typer.Typer) -> None:
 
 
 EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
-
-
-def demo() -> None:
-    """Run the one-command demo (embedded mode, sim model, no keys)."""
-    typer.echo("rsi demo: not yet implemented — see README roadmap")
 
 
 def consolidate(

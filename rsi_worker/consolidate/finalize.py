@@ -11,8 +11,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import sqlalchemy as sa
+
 from rsi_common.coord import Lease
-from rsi_common.db import Adoption, final_write, finish_run, get_agent, get_run, replay_rows
+from rsi_common.db import Adoption, db_now, final_write, finish_run, get_agent, get_run, replay_rows
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.evaluate import INCUMBENT
 from rsi_worker.consolidate.result import ConsolidationResult, merge_usage
@@ -93,7 +95,10 @@ def finalize(
     with deps.sessions() as session:
         start = ConsolidationState.from_json(get_agent(session, ctx.agent_id).state)
         rows = [row_json(r) for r in replay_rows(session, ctx.run_id)]
-        drafts = dict(get_run(session, ctx.run_id).drafts or {})
+        run = get_run(session, ctx.run_id)
+        drafts = dict(run.drafts or {})
+        now = session.execute(sa.select(db_now())).scalar_one()
+        result.seconds = max(0.0, (now - run.started_at).total_seconds())  # the run's wall time
         result.usage = run_usage(ctx, rows, drafts)
         result.state = build_state(deps, ctx, result, start, rows)
         adoption = None

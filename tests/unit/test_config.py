@@ -66,3 +66,14 @@ def test_visibility_timeout_must_exceed_hard_limit() -> None:
 def test_flat_source_ignores_foreign_variables() -> None:
     src = _FlatPrefixSource(Settings, {"PATH": "/bin", "RSI_SIM_SEED": "4"})
     assert src() == {"sim": {"seed": "4"}}
+
+
+def test_to_env_round_trips(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rsi_common.config import RoleModel, RoleModels, SimConfig
+
+    s = Settings(lease_s=7, redis_url="redis://x:1/0", sim=SimConfig(latency_ms=150, leaky=True),
+                 roles=RoleModels(judge=RoleModel(provider="openai", model="m")),
+                 consolidation=ConsolidationParams(T=30, early_stop=False))
+    for key, value in s.to_env().items():
+        monkeypatch.setenv(key, value)
+    assert Settings() == s
