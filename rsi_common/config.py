@@ -242,7 +242,8 @@ class Settings(BaseSettings):
                         if v is not None:
                             env[f"RSI_ROLE_{role.upper()}_{k.upper()}"] = text(v)
             elif name == "consolidation":
-                env.update({f"RSI_CONSOLIDATION__{k.upper()}": text(v) for k, v in value.model_dump().items()})
+                fields = value.model_dump().items()
+                env.update({f"RSI_CONSOLIDATION__{k.upper()}": text(v) for k, v in fields})
             elif value is not None:
                 env[f"RSI_{name.upper()}"] = text(value)
         return env
