@@ -35,6 +35,7 @@ __all__ = [
     "RoleModels",
     "Settings",
     "SimConfig",
+    "settings_reference",
 ]
 
 ProviderName = Literal["sim", "anthropic", "openai"]
@@ -42,7 +43,7 @@ ROLES: tuple[str, ...] = ("judge", "signal", "analyst", "proposer", "critic")
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class SimConfig(_Frozen):
@@ -66,8 +67,11 @@ class RoleModel(_Frozen):
     """Model of one consolidation role; ``None`` fields default to the agent's own model."""
 
     provider: ProviderName | None = None
+    """Provider of the role (sim, anthropic, openai)."""
     model: str | None = None
+    """Model name of the role."""
     base_url: str | None = None
+    """Endpoint of the role's provider (e.g. an OpenAI-compatible server)."""
 
 
 class RoleModels(_Frozen):
@@ -84,31 +88,57 @@ class ConsolidationParams(_Frozen):
     """Defaults for turn consolidation (SPEC §1.4)."""
 
     m: int = Field(2, ge=1, le=8)
+    """Candidates per round; variant labels A, B, … in order."""
     k: int = Field(2, ge=1)
+    """Trials per evaluation world."""
     n_eval: int = Field(8, ge=1)
+    """Maximum number of evaluation worlds W."""
     T: int = 20
+    """Budget horizon (rounds)."""
     b_min: int = Field(1, ge=1)
+    """Edit budget at and after round T."""
     b_max: int = Field(3, ge=1)
+    """Edit budget of round 0 (anneals to b_min)."""
     w: int = Field(3, ge=1)
+    """Stall window (rounds)."""
     m_draft: int = Field(1, ge=0)
+    """Reserved exploration slots."""
     n_prune: int = Field(4, ge=0)
+    """Pruning window (rounds)."""
     beta0: float = Field(0.10, ge=0)
+    """Cost rule intercept: ΔC ≤ beta0 + beta1·ΔS."""
     beta1: float = Field(35.4, ge=0)
+    """Cost rule slope."""
     w_s: float = Field(100.0, ge=0)
+    """In-band rule weight of ΔS."""
     w_c: float = Field(15.0, ge=0)
+    """In-band rule weight of ΔC."""
     w_n: float = Field(0.5, ge=0)
+    """In-band rule weight of novelty ν."""
     delta_z: float = 2.0
+    """Z of the noise band δ."""
     invalid_missing_frac: float = Field(0.15, ge=0.0, le=1.0)
+    """Φ: tolerated share of missing trials."""
     repair_rounds: int = Field(1, ge=0)
+    """Critic → proposer repairs."""
     parallel: int = Field(8, ge=1)
+    """Replay concurrency of one evaluation in-process (the replay queue decides when distributed)."""
     early_stop: bool = True
+    """Exact-bound early stop of hopeless candidates."""
     max_valid_rate_drop: float = 0.15
+    """Rate guard: tolerated fall of the valid-answer rate."""
     max_nosub_rise: float = 0.15
+    """Rate guard: tolerated rise of the no-answer rate."""
     history_rounds: int = Field(200, ge=1)
+    """Edit-history rows kept (rounds)."""
     cache_versions: int = Field(3, ge=1)
+    """Replay cache: harness versions kept."""
     verdict_cache: int = Field(4000, ge=0)
+    """Judge verdict cache entries kept."""
     signal_pairs: int = Field(4, ge=0)
+    """Implicit-signal pairs read per run."""
     world_pool: int = Field(60, ge=1)
+    """Latest worlds read per run."""
 
     def rrsi(self) -> RRSIParams:
         """The RRSI parameters of consolidation (SPEC §1.4): the same ``T, k, m, b_min, b_max, w,
@@ -136,6 +166,7 @@ class Settings(BaseSettings):
         extra="forbid",
         case_sensitive=False,
         frozen=True,
+        use_attribute_docstrings=True,
     )
 
     database_url: str = "sqlite:///.rsi/rsi.db"
@@ -167,8 +198,11 @@ class Settings(BaseSettings):
     default_model: str = "sim-1"
     """Model of an agent whose turns name none."""
     anthropic_api_key: SecretStr | None = None
+    """Anthropic API key (secret; never logged or stored)."""
     anthropic_base_url: str | None = None
+    """Anthropic endpoint override (a proxy or gateway)."""
     openai_api_key: SecretStr | None = None
+    """OpenAI API key (secret; never logged or stored)."""
     openai_base_url: str | None = None
     """Any OpenAI-compatible server (vLLM, Ollama, …)."""
     model_timeout_s: float = Field(120.0, gt=0)
@@ -199,7 +233,11 @@ class Settings(BaseSettings):
     metrics_port: int | None = None
     """Port of the worker's Prometheus endpoint; ``None`` = off."""
     log_format: Literal["json", "text"] = "json"
+    """``json``: one JSON object per line (``rsi_worker.logs``); ``text``: one readable line."""
     log_level: str = "INFO"
+    """Root log level of ``rsi worker`` / ``rsi beat`` (``-l`` overrides it)."""
+    otel: bool = False
+    """OpenTelemetry tracing of Celery tasks; needs the ``otel`` extra (``rsi_worker.tracing``)."""
 
     @field_validator("visibility_timeout_s")
     @classmethod
@@ -252,6 +290,35 @@ class Settings(BaseSettings):
         """The plain API key of ``provider`` (only model clients call this)."""
         secret = {"anthropic": self.anthropic_api_key, "openai": self.openai_api_key}.get(provider)
         return secret.get_secret_value() if secret is not None else None
+
+
+def settings_reference() -> list[tuple[str, str, str]]:
+    """Every environment variable with its default and description: ``(name, default, doc)``.
+
+    The configuration table of README.md is this list (a test keeps them in step).
+    """
+    rows: list[tuple[str, str, str]] = []
+
+    def default_text(info: FieldInfo) -> str:
+        value = info.get_default(call_default_factory=True)
+        if isinstance(value, BaseModel):
+            return ""
+        return "" if value is None else str(value)
+
+    for name, info in Settings.model_fields.items():
+        if name == "sim":
+            rows += [(f"RSI_SIM_{k.upper()}", default_text(f), f.description or "")
+                     for k, f in SimConfig.model_fields.items()]
+        elif name == "roles":
+            rows += [(f"RSI_ROLE_<ROLE>_{k.upper()}", "", f"{f.description or k} ROLE is one of "
+                      + ", ".join(r.upper() for r in ROLES) + "; default: the agent's own model.")
+                     for k, f in RoleModel.model_fields.items()]
+        elif name == "consolidation":
+            rows += [(f"RSI_CONSOLIDATION__{k.upper()}", default_text(f), f.description or "SPEC §1.4")
+                     for k, f in ConsolidationParams.model_fields.items()]
+        else:
+            rows.append((f"RSI_{name.upper()}", default_text(info), info.description or ""))
+    return rows
 
 
 def _nested_fields(model: type[BaseModel]) -> set[str]:

@@ -18,8 +18,11 @@ Wire format (what :func:`task_message` builds, checked against a real Celery wor
   ``content_type`` ``application/json``, ``content_encoding`` ``utf-8`` (never pickle);
 * **properties** — ``correlation_id`` = task id, ``reply_to`` ``""``, ``delivery_mode`` 2
   (persistent), ``priority`` 0;
-* **routing** — Celery's default queue definition: queue name = direct exchange name = routing
-  key. The queue (and so its binding) is declared on the first publish of each pooled connection.
+* **routing** — through the default exchange with routing key = queue name, so delivery never
+  depends on binding tables a broker may have lost (Redis restarted without persistence drops
+  messages sent to a named exchange silently). The queue itself is declared with Celery's
+  default definition (queue = direct exchange = routing key) on the first publish of each pooled
+  connection, as the workers declare it.
 
 Failure contract: :meth:`Dispatcher.enqueue` either returns the task id or raises
 :class:`~rsi_common.errors.BrokerUnavailable` within about ``timeout_s`` (default 1 s: connect and
@@ -252,8 +255,11 @@ class KombuDispatcher:
     @staticmethod
     def _publish(producer: Any, message: TaskMessage, queue: KombuQueue) -> None:
         def publish(declare: list[KombuQueue]) -> None:
+            # The default exchange routes by queue name without consulting bindings: a broker that
+            # lost its binding tables (Redis restarted without persistence) still gets the message,
+            # where the named exchange would drop it silently.
             producer.publish(
-                message.body, exchange=queue.exchange, routing_key=queue.routing_key, declare=declare,
+                message.body, exchange="", routing_key=queue.name, declare=declare,
                 retry=False, headers=message.headers, content_type=message.content_type,
                 content_encoding=message.content_encoding, **message.properties,
             )

@@ -14,16 +14,20 @@ idempotent (see each task's docstring); :meth:`WorkerContext.count_delivery` cap
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import threading
 from typing import Any
 
-from celery import Celery
+from celery import Celery, current_task, signals
 
 from rsi_common.config import Settings
 from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUE_JUDGE, QUEUE_REPLAY, QUEUES, celery_queue
 from rsi_common.errors import SettingsError
 from rsi_worker.consolidate import ModelFactory, default_models
+from rsi_worker.logs import connect_task_context
+from rsi_worker.metrics import PrometheusMetrics, metrics_for
+from rsi_worker.tracing import instrument_celery
 from rsi_worker.wiring import Runtime, open_runtime
 
 __all__ = ["TASK_ROUTES", "WorkerContext", "broker_urls", "create_app", "load_model_factory"]
@@ -40,6 +44,7 @@ TASK_ROUTES: dict[str, dict[str, str]] = {
 """Task name → queue. ``replay`` carries the fan-out; ``judge`` the chord bodies."""
 
 DELIVERY_TTL_S = 24 * 3600
+log = logging.getLogger(__name__)
 
 
 def broker_urls(settings: Settings) -> tuple[str, str]:
@@ -67,6 +72,9 @@ class WorkerContext:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.metrics = metrics_for(settings)
+        """This process's metrics (:mod:`rsi_worker.metrics`); served from ``worker_init``."""
+        self._metrics_server: Any = None
         self._runtime: Runtime | None = None
         self._pid = 0
         self._lock = threading.Lock()
@@ -74,7 +82,8 @@ class WorkerContext:
     def runtime(self) -> Runtime:
         with self._lock:
             if self._runtime is None or self._pid != os.getpid():
-                self._runtime = open_runtime(self.settings, models=load_model_factory(self.settings))
+                self._runtime = open_runtime(self.settings, models=load_model_factory(self.settings),
+                                             metrics=self.metrics)
                 self._pid = os.getpid()
             return self._runtime
 
@@ -92,7 +101,49 @@ class WorkerContext:
         n = int(client.incr(key))
         if n == 1:
             client.expire(key, DELIVERY_TTL_S)
+        task = getattr(current_task, "name", None) or "unknown"
+        self.metrics.task_delivered(str(task), n, cap=self.settings.max_redeliveries)
         return n
+
+    def start_observability(self, pool: str = "") -> None:
+        """Serve ``/metrics`` on ``metrics_port`` and turn on tracing (``RSI_OTEL``); once per process.
+
+        A port that cannot be bound is logged as an error; the worker runs on without metrics.
+        """
+        port = self.settings.metrics_port
+        if isinstance(self.metrics, PrometheusMetrics) and port is not None and self._metrics_server is None:
+            if "prefork" in pool.lower() or "processes" in pool.lower():
+                log.warning("metrics: prefork pool children's counts are not exported; use -P threads")
+            try:
+                self._metrics_server = self.metrics.serve(port)
+                log.info("metrics served on port %d", port)
+            except OSError as exc:
+                log.error("metrics port %d not served: %s", port, exc)
+        instrument_celery(self.settings)
+
+    def stop_observability(self) -> None:
+        """Stop serving ``/metrics`` (worker shutdown)."""
+        server, self._metrics_server = self._metrics_server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
+def _worker_context(sender: Any) -> WorkerContext | None:
+    ctx = getattr(getattr(sender, "app", None), "rsi", None)
+    return ctx if isinstance(ctx, WorkerContext) else None
+
+
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
+    ctx = _worker_context(sender)
+    if ctx is not None:
+        ctx.start_observability(pool=str(getattr(sender, "pool_cls", "")))
+
+
+def _on_worker_shutdown(sender: Any = None, **_: Any) -> None:
+    ctx = _worker_context(sender)
+    if ctx is not None:
+        ctx.stop_observability()
 
 
 def create_app(settings: Settings, *, name: str = "rsi") -> Celery:
@@ -137,6 +188,10 @@ def create_app(settings: Settings, *, name: str = "rsi") -> Celery:
     )
     ctx = WorkerContext(settings)
     app.rsi = ctx
+    # Celery's signals are process-wide: each handler finds the app's own context through the sender.
+    signals.worker_init.connect(_on_worker_init, weak=False, dispatch_uid="rsi-worker-init")
+    signals.worker_shutdown.connect(_on_worker_shutdown, weak=False, dispatch_uid="rsi-worker-shutdown")
+    connect_task_context()
     from rsi_worker.tasks import register
 
     register(app, ctx)

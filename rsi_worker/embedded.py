@@ -77,7 +77,10 @@ class EmbeddedCluster:
         return self
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        # The workers get this cluster's settings (sim latency, consolidation parameters, model
+        # factory, …), not only what happens to be in this process's environment.
+        env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RSI_")}
+        env.update(self.settings.to_env())
         env.update(
             RSI_DATABASE_URL=self.settings.database_url,
             RSI_HOME=str(self.home),

@@ -10,6 +10,9 @@ One :func:`sweep` does, in order:
    lease is deleted if the token still matches (compare-and-delete), and the agent's pending io,
    if any, is begun (``begin_pending``) and enqueued. If that enqueue fails, the lease is released
    and the pending turn's world gets ``enqueued_at`` cleared, so step 2 retries it next sweep.
+   Without a pending turn, the interrupted run's own turn is triggered again (its work was lost,
+   e.g. to a Redis restart), unless that turn already has ``MAX_RERUNS`` interrupted runs (a run
+   that keeps dying is not retried for ever; the agent's next turn triggers it again).
 2. **Worlds never handed off** (saved while Redis or the broker was down): worlds with no
    ``enqueued_at`` older than ``grace_s`` (database clock). Per agent, the newest is triggered
    (``try_begin`` → enqueue, or the pending mark) and all of them are marked; a frozen agent's are
@@ -47,6 +50,7 @@ log = logging.getLogger(__name__)
 
 LEASE_EXPIRED_REASON = "lease expired"
 STALE_REASON = "stale: running longer than run_stale_s"
+MAX_RERUNS = 3
 
 
 @dataclass
@@ -59,8 +63,11 @@ class SweepReport:
         stale: runs closed as ``interrupted`` because they ran longer than ``run_stale_s``.
         leases_deleted: leases of closed runs deleted (the closed run still held them).
         pending_enqueued: pending turns of closed runs begun and enqueued.
+        reruns: closed runs re-run for their own turn (no pending turn; at most
+            ``MAX_RERUNS`` interrupted runs per turn).
         worlds_found: worlds never handed off, past the grace period.
         agents_triggered: agents whose newest such world was handed off (enqueued or pending).
+        pending_marked: of those, hand-offs that found the lease held (the pending mark was set).
         worlds_marked: worlds marked handed off (including a frozen agent's).
         frozen_marked: worlds of frozen agents marked without a trigger.
         enqueued: ``consolidate`` tasks enqueued in total.
@@ -74,8 +81,10 @@ class SweepReport:
     stale: int = 0
     leases_deleted: int = 0
     pending_enqueued: int = 0
+    reruns: int = 0
     worlds_found: int = 0
     agents_triggered: int = 0
+    pending_marked: int = 0
     worlds_marked: int = 0
     frozen_marked: int = 0
     enqueued: int = 0
@@ -139,6 +148,7 @@ def _close_stale_runs(sessions: sessionmaker[Session], coord: Coordinator, dispa
                       settings: Settings, report: SweepReport) -> None:
     with sessions.begin() as s:
         running = [(r.id, r.agent_id, r.fence) for r in db.running_runs(s)]
+        ios = {r.id: r.io_id for r in db.running_runs(s)}
     report.runs_checked = len(running)
     if not running:
         return
@@ -162,12 +172,15 @@ def _close_stale_runs(sessions: sessionmaker[Session], coord: Coordinator, dispa
     if not closed or not report.redis_ok:
         return
     fences: dict[str, list[int]] = defaultdict(list)
-    for run_id, agent, fence in running:
+    last_io: dict[str, str | None] = {}
+    for run_id, agent, fence in sorted(running, key=lambda r: r[2] or 0):
         if run_id in closed and fence is not None:
             fences[agent].append(fence)
+            last_io[agent] = ios.get(run_id)
     for agent, agent_fences in sorted(fences.items()):
-        _guarded(report, agent, functools.partial(
-            _release_and_resume, sessions, coord, dispatcher, agent, agent_fences, report))
+        resume = functools.partial(_release_and_resume, sessions, coord, dispatcher, agent, agent_fences,
+                                   last_io.get(agent), report)
+        _guarded(report, agent, resume)
 
 
 def _guarded(report: SweepReport, agent: str, step: Callable[[], None]) -> None:
@@ -182,13 +195,31 @@ def _guarded(report: SweepReport, agent: str, step: Callable[[], None]) -> None:
         log.exception("sweeper: agent %s failed", agent)
 
 
+def _rerun(sessions: sessionmaker[Session], coord: Coordinator, dispatcher: Dispatcher, agent: str,
+           io: str | None, report: SweepReport) -> None:
+    """Trigger a closed run's own turn again, unless it was interrupted ``MAX_RERUNS`` times."""
+    if not io:
+        return
+    with sessions.begin() as s:
+        tries = sum(1 for r in db.runs(s, agent, 50) if r.io_id == io and r.status == "interrupted")
+    if tries > MAX_RERUNS:
+        return
+    handoff = trigger_consolidation(coord, dispatcher, agent, io)
+    if handoff.outcome == "enqueued":
+        report.enqueued += 1
+        report.reruns += 1
+    elif not handoff.handed_off:
+        report.deferred += 1
+
+
 def _release_and_resume(sessions: sessionmaker[Session], coord: Coordinator, dispatcher: Dispatcher,
-                        agent: str, fences: list[int], report: SweepReport) -> None:
+                        agent: str, fences: list[int], io: str | None, report: SweepReport) -> None:
     holder = coord.lease_holder(agent)
     if holder is not None and holder.fence in fences and coord.delete_lease_if(agent, holder.token):
         report.leases_deleted += 1
     lease = coord.begin_pending(agent)
     if lease is None:
+        _rerun(sessions, coord, dispatcher, agent, io, report)
         return
     handoff = enqueue_lease(coord, dispatcher, lease)
     if handoff.outcome == "enqueued":
@@ -226,6 +257,7 @@ def _trigger_agent(sessions: sessionmaker[Session], coord: Coordinator, dispatch
             return
         report.agents_triggered += 1
         report.enqueued += handoff.outcome == "enqueued"
+        report.pending_marked += handoff.outcome == "pending"
     with sessions.begin() as s:
         marked = db.mark_enqueued(s, ids)
     report.worlds_marked += marked

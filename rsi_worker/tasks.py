@@ -112,8 +112,10 @@ def register(app: Celery, ctx: WorkerContext) -> None:
     """Register rsi-worker's tasks on ``app`` (task names are part of the wire contract)."""
 
     @app.task(name=TASK_CONSOLIDATE, bind=True)
-    def consolidate(self: Any, agent: str, io: str, token: str, fence: int) -> str:
-        """Open the run of a lease (SPEC §3.3 steps 1–7).
+    def consolidate(self: Any, agent: str, io: str, token: str, fence: int, force: bool = False,
+                    kind: str = "consolidate") -> str:
+        """Open the run of a lease (SPEC §3.3 steps 1–7); ``force``/``kind`` (keyword arguments with
+        defaults, so positional host messages keep working): see ``open_run`` (``rsi batch``).
 
         Idempotency key: ``(agent, fence)`` — ``start_run`` returns the stored row, and a closed
         run stops at once; a lease no longer held stops before anything is written.
@@ -121,7 +123,7 @@ def register(app: Celery, ctx: WorkerContext) -> None:
         deps = ctx.runtime().deps
         lease = Lease(agent, token, int(fence), io)
         try:
-            nxt = open_run(deps, lease)
+            nxt = open_run(deps, lease, force=bool(force), kind=str(kind))
         except Exception as exc:
             log.warning("consolidate %s: %s", agent, type(exc).__name__, exc_info=True)
             run_id = _run_of(deps, agent, int(fence))
@@ -144,6 +146,8 @@ def register(app: Celery, ctx: WorkerContext) -> None:
                 return {"status": "redelivery_cap", **_slot_brief(slot)}
             return run_trial(ctx.runtime().deps, run_id, TrialSlot.from_json(slot))
         except Exception as exc:  # infrastructure trouble: the slot stays empty (a missing trial)
+            log.warning("run %s: trial failed: %s", run_id, type(exc).__name__, exc_info=True)
+            ctx.metrics.replay_finished({"status": "error"})
             return {"status": "error", "error": error_record(exc), **_slot_brief(slot)}
 
     @app.task(name="rsi.after_incumbent", bind=True)
@@ -178,6 +182,7 @@ def register(app: Celery, ctx: WorkerContext) -> None:
 
         rt = ctx.runtime()
         report = sweep(rt.sessions, rt.coord, CeleryDispatcher(app), ctx.settings)
+        ctx.metrics.sweep_done(report.to_json())
         return report.to_json()
 
 

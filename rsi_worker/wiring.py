@@ -19,6 +19,7 @@ from rsi_common.config import Settings
 from rsi_common.coord import Coordinator
 from rsi_common.db import make_engine, session_factory, upgrade
 from rsi_worker.consolidate import Deps, ModelFactory, default_models
+from rsi_worker.metrics import NULL_METRICS, Metrics
 
 __all__ = ["Runtime", "open_runtime", "redis_client"]
 
@@ -55,12 +56,14 @@ class Runtime:
         self.redis.close()
 
 
-def open_runtime(settings: Settings, *, migrate: bool = False, models: ModelFactory | None = None) -> Runtime:
+def open_runtime(settings: Settings, *, migrate: bool = False, models: ModelFactory | None = None,
+                 metrics: Metrics | None = None) -> Runtime:
     """Build the engine, session factory, Redis client, coordinator and pipeline deps.
 
     Args:
         migrate: run the Alembic migrations first (embedded mode and the CLI's local use).
         models: model factory override (tests); default from settings.
+        metrics: where the pipeline counts runs and trials (a worker's registry); default: no-op.
     """
     if settings.database_url.startswith("sqlite:///"):
         Path(settings.database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
@@ -70,5 +73,6 @@ def open_runtime(settings: Settings, *, migrate: bool = False, models: ModelFact
     sessions = session_factory(engine)
     client = redis_client(settings)
     coord = Coordinator(client, lease_s=settings.lease_s)
-    deps = Deps(settings, sessions, coord, models or default_models(settings))
+    deps = Deps(settings, sessions, coord, models or default_models(settings),
+                metrics=metrics if metrics is not None else NULL_METRICS)
     return Runtime(settings, engine, sessions, client, coord, deps)

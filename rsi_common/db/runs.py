@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import instance_state
 
 from rsi_common.db.agents import add_harness, lock_agent
 from rsi_common.db.models import RUN_STATUSES, AgentRow, ReplayRow, RunRow
@@ -220,8 +221,10 @@ def _close(run: RunRow, status: str, reason: str | None, result: Mapping[str, An
 
 def _flush(session: Session, *rows: RunRow | AgentRow) -> None:
     session.flush()
-    for row in rows:  # read back the values the database clock filled in
-        session.refresh(row)
+    for row in rows:  # read back the values the database clock filled in (only those: a full
+        expired = instance_state(row).expired_attributes  # refresh would decode the state JSON again)
+        if expired:
+            session.refresh(row, attribute_names=sorted(expired))
 
 
 def final_write(
@@ -268,7 +271,9 @@ def final_write(
         raise InvalidInput(f"final status must be one of {_FINAL_STATUSES}, got {status!r}")
     if (status == "adopted") != (adoption is not None):
         raise InvalidInput("status 'adopted' requires an adoption, and only it")
-    agent_id = get_run(session, run_id).agent_id
+    agent_id = session.execute(sa.select(RunRow.agent_id).where(RunRow.id == run_id)).scalar_one_or_none()
+    if agent_id is None:
+        raise InvalidInput(f"unknown run {run_id!r}")
     agent = lock_agent(session, agent_id)
     run = get_run(session, run_id, for_update=True)
     if run.fence is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 
@@ -65,17 +67,51 @@ def consolidate(
         typer.echo(json.dumps(rec.get("round") or {}, indent=2, ensure_ascii=False))
 
 
+def _check_queues(value: str) -> str:
+    from rsi_common.dispatch import QUEUES
+
+    unknown = [q for q in value.split(",") if q not in QUEUES]
+    if unknown or not value:
+        raise typer.BadParameter(f"unknown queue(s) {unknown}; the queues are {', '.join(QUEUES)}")
+    return value
+
+
+def _logging(settings: Any, loglevel: str | None) -> str:
+    """Configure the root logger from settings (``-l`` overrides ``RSI_LOG_LEVEL``); returns the level."""
+    from rsi_worker.logs import configure_logging
+
+    level = (loglevel or settings.log_level).upper()
+    configure_logging(settings, level=level)
+    return str(level)
+
+
+def _quiet(settings: Any) -> list[str]:
+    """JSON logs: no start-up banner, so every line the process writes is one JSON object."""
+    return ["--quiet"] if settings.log_format == "json" else []
+
+
 def worker(
     ctx: typer.Context,
-    queues: str = typer.Option("consolidate,replay,judge", "--queues", "-Q", help="Comma-separated queues."),
+    queues: str = typer.Option("consolidate,replay,judge", "--queues", "-Q", callback=_check_queues,
+                               help="Comma-separated queues (consolidate, replay, judge)."),
     concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, help="Pool size."),
     pool: str = typer.Option(
         "threads", "--pool", "-P", help="threads (model calls are I/O bound) or prefork."
     ),
-    hostname: str | None = typer.Option(None, "--hostname", "-n", help="Node name (default rsi@<host>)."),
-    loglevel: str = typer.Option("INFO", "--loglevel", "-l"),
+    hostname: str | None = typer.Option(None, "--hostname", "-n", help="Node name (default celery@<host>)."),
+    loglevel: str | None = typer.Option(None, "--loglevel", "-l", help="Log level (default RSI_LOG_LEVEL)."),
+    supervise: bool = typer.Option(
+        True, "--supervise/--no-supervise", help="Restart the worker process when it dies on its own."
+    ),
 ) -> None:
-    """Run a Celery worker of rsi-worker's tasks (extra arguments go to `celery worker`)."""
+    """Run a Celery worker of rsi-worker's tasks (extra arguments go to `celery worker`).
+
+    By default the worker runs as a supervised child process that is restarted when it dies on
+    its own (see :mod:`rsi_worker.supervise`); ``--no-supervise`` runs it in this process.
+
+    Logs follow ``RSI_LOG_FORMAT`` / ``RSI_LOG_LEVEL``; with ``RSI_METRICS_PORT`` set the worker serves
+    Prometheus metrics on that port (``/metrics``).
+    """
     from rsi_common.config import Settings
     from rsi_worker.app import create_app
 
@@ -85,20 +121,39 @@ def worker(
             "rsi worker needs RSI_REDIS_URL (the broker); `rsi demo` runs an embedded cluster", err=True
         )
         raise typer.Exit(2)
+    level = _logging(settings, loglevel)  # the supervisor's own lines follow RSI_LOG_FORMAT too
+    if supervise:
+        import sys
+
+        from rsi_worker.supervise import supervise as run_supervised
+
+        child = [sys.executable, "-m", "rsi_worker.cli", "worker", "--no-supervise", "-Q", queues,
+                 "-c", str(concurrency), "-P", pool]
+        child += (["-n", hostname] if hostname else []) + (["-l", loglevel] if loglevel else [])
+        raise typer.Exit(run_supervised(child + list(ctx.args)))
     app_ = create_app(settings)
-    argv = ["worker", "-Q", queues, "-c", str(concurrency), "-P", pool, "-l", loglevel, "-E"]
+    argv = [*_quiet(settings), "worker", "-Q", queues, "-c", str(concurrency), "-P", pool, "-l", level, "-E"]
     if hostname:
         argv += ["-n", hostname]
     app_.worker_main(argv + list(ctx.args))
 
 
-def beat(ctx: typer.Context, loglevel: str = typer.Option("INFO", "--loglevel", "-l")) -> None:
-    """Run Celery beat: the periodic sweeper (stale runs, pending turns, un-enqueued worlds)."""
+def beat(
+    ctx: typer.Context,
+    loglevel: str | None = typer.Option(None, "--loglevel", "-l", help="Log level (default RSI_LOG_LEVEL)."),
+) -> None:
+    """Run Celery beat: the periodic sweeper (stale runs, pending turns, un-enqueued worlds).
+
+    Run exactly one beat per cluster (the Kubernetes Deployment has one replica, Recreate strategy).
+    """
     from rsi_common.config import Settings
     from rsi_worker.app import create_app
+    from rsi_worker.tracing import instrument_celery
 
     settings = Settings()
+    level = _logging(settings, loglevel)
+    instrument_celery(settings)
     app_ = create_app(settings)
     schedule = str(settings.home / "celerybeat-schedule")
     settings.home.mkdir(parents=True, exist_ok=True)
-    app_.start(["beat", "-l", loglevel, "-s", schedule, *ctx.args])
+    app_.start([*_quiet(settings), "beat", "-l", level, "-s", schedule, *ctx.args])

@@ -23,6 +23,7 @@ from rsi_common.db.models import WorldRow
 from rsi_common.harness import Harness, h0, materialize
 from rsi_common.llm import ModelClient, ModelRequest, ModelResponse, make_client, role_client
 from rsi_common.world import TurnWorld
+from rsi_worker.metrics import NULL_METRICS, Metrics
 
 __all__ = [
     "CountingClient",
@@ -86,6 +87,8 @@ class Deps:
     models: ModelFactory
     on_harness_change: Callable[[str], None] | None = None
     """Called with the agent id after an adoption (default: publish on ``rsi:harness``)."""
+    metrics: Metrics = NULL_METRICS
+    """Where runs and trials are counted (:mod:`rsi_worker.metrics`; the no-op unless a worker serves)."""
 
     @property
     def params(self) -> ConsolidationParams:
@@ -126,6 +129,8 @@ class RoundContext:
     """Round parameters of SPEC §3.3 step 10 (δ, S★, b_t, σ, enabled, tried, reserved, prune, …)."""
     analysis: dict[str, Any] = field(default_factory=dict)
     early_stop: bool = True
+    force: bool = False
+    """Every scored world counts as fresh in this run (``open_run(force=True)``)."""
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -7,19 +7,20 @@ calling the proposer again.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rsi_common.db import get_agent, get_run, lock_agent, replay_rows, set_run_drafts, set_run_params
 from rsi_common.math import EvalResult, Exploration, PruneTarget
 from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, load_worlds
 from rsi_worker.consolidate.draft import Draft, DraftContext, draft_candidate
-from rsi_worker.consolidate.evaluate import INCUMBENT, bound_total, plan_candidate
+from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, bound_total, plan_candidate
 from rsi_worker.consolidate.incumbent import views_of
 from rsi_worker.consolidate.opening import Next, renew_or_stop
 from rsi_worker.consolidate.state import ConsolidationState
 from rsi_worker.consolidate.trials import row_json
 
-__all__ = ["draft_step", "launch_candidates", "store_draft"]
+__all__ = ["draft_step", "interleave", "launch_candidates", "store_draft"]
 
 
 def _draft_context(deps: Deps, ctx: RoundContext) -> DraftContext:
@@ -84,6 +85,21 @@ def draft_step(deps: Deps, run_id: str, variant: str) -> dict[str, Any]:
     return store_draft(deps, run_id, ctx.agent_id, draft.to_json())
 
 
+def interleave(per_candidate: Sequence[Sequence[TrialSlot]]) -> list[TrialSlot]:
+    """The candidates' slots in dispatch order: round-robin over the candidates (A₁ B₁ A₂ B₂ …).
+
+    Only the order in which trials are enqueued changes (decisions are assembled from stored rows
+    per candidate). Candidate by candidate, a cluster with at least k·|W| free threads starts every
+    trial of a candidate at once, so the exact-bound early stop (SPEC §2.10) can never cancel a
+    queued trial of a hopeless candidate; round-robin puts a share of every candidate in each wave
+    of trials, and the failures of the first wave cancel the hopeless candidate's later slots.
+    """
+    out: list[TrialSlot] = []
+    for i in range(max((len(s) for s in per_candidate), default=0)):
+        out.extend(s[i] for s in per_candidate if i < len(s))
+    return out
+
+
 def launch_candidates(deps: Deps, run_id: str) -> Next:
     """Step 13: bound hashes and replay slots for every live draft; ``judge`` when none is live."""
     with deps.sessions() as session:
@@ -97,7 +113,7 @@ def launch_candidates(deps: Deps, run_id: str) -> Next:
     p = deps.params
     live = [v for v in sorted(drafts) if drafts[v].get("gate") is None and drafts[v].get("payload")]
     rnd = ctx.round
-    slots = []
+    per_candidate: list[list[TrialSlot]] = []
     for v in live:
         if ctx.early_stop:
             deps.coord.init_bounds(
@@ -110,7 +126,8 @@ def launch_candidates(deps: Deps, run_id: str) -> Next:
             )
         mine = plan_candidate(v, ctx.worlds, p.k)
         ctx.slots[v] = [s.to_json() for s in mine]
-        slots.extend(mine)
+        per_candidate.append(mine)
+    slots = interleave(per_candidate)
     ctx.phase = "candidates"
     with deps.sessions() as session:
         set_run_params(session, run_id, ctx.to_json())

@@ -128,6 +128,9 @@ def finalize(
         _announce(deps, ctx.agent_id)
     deps.coord.cleanup_run(ctx.run_id, sorted(drafts))
     nxt = deps.coord.finish(Lease(ctx.agent_id, ctx.token, ctx.fence, ctx.io_id or ""))
+    deps.metrics.run_finished(result.summary(), rerun=nxt is not None)
+    log.info("run %s closed: %s", ctx.run_id, result.status, extra={
+        "run_id": ctx.run_id, "agent_id": ctx.agent_id, "status": result.status, "rerun": nxt is not None})
     return result, nxt
 
 
@@ -148,6 +151,8 @@ def interrupt(deps: Deps, run_id: str, reason: str) -> bool:
             session, run_id, "interrupted", reason=reason, result={"status": "interrupted", "reason": reason}
         )
         session.commit()
+    if done:
+        deps.metrics.run_finished({"status": "interrupted"})
     return done
 
 

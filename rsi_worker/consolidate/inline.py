@@ -19,7 +19,7 @@ from rsi_worker.consolidate.drafting import draft_step, launch_candidates
 from rsi_worker.consolidate.finalize import finalize, settle
 from rsi_worker.consolidate.incumbent import after_incumbent
 from rsi_worker.consolidate.judging import judge_round
-from rsi_worker.consolidate.opening import Next, open_run
+from rsi_worker.consolidate.opening import KIND_CONSOLIDATE, Next, open_run
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.trials import run_trial
 
@@ -70,15 +70,16 @@ def _advance(deps: Deps, nxt: Next, executor: TrialExecutor) -> Next:
 
 
 def run_once(
-    deps: Deps, lease: Lease, executor: TrialExecutor | None = None
+    deps: Deps, lease: Lease, executor: TrialExecutor | None = None, *, force: bool = False,
+    kind: str = KIND_CONSOLIDATE,
 ) -> tuple[ConsolidationResult | None, Lease | None]:
     """One run for ``lease``: returns its result (``None`` if the run was already finished) and the
-    lease of the re-run a turn that arrived meanwhile asks for."""
+    lease of the re-run a turn that arrived meanwhile asks for. ``force``/``kind``: see :func:`open_run`."""
     executor = executor or ThreadExecutor(deps.params.parallel)
     t0 = time.monotonic()
     ctx: RoundContext | None = None
     try:
-        nxt = open_run(deps, lease)
+        nxt = open_run(deps, lease, force=force, kind=kind)
         ctx = nxt.ctx
         while nxt.kind not in ("final", "stop"):
             nxt = _advance(deps, nxt, executor)
@@ -99,15 +100,21 @@ def run_once(
 
 
 def consolidate_inline(
-    deps: Deps, lease: Lease, executor: TrialExecutor | None = None, *, max_reruns: int = 10
+    deps: Deps, lease: Lease, executor: TrialExecutor | None = None, *, max_reruns: int = 10,
+    force: bool = False, kind: str = KIND_CONSOLIDATE,
 ) -> list[ConsolidationResult]:
-    """Run for ``lease``, then the re-runs pending turns ask for (at most ``max_reruns``)."""
+    """Run for ``lease``, then the re-runs pending turns ask for (at most ``max_reruns``).
+
+    ``force`` and ``kind`` apply to the first run only; re-runs are ordinary ``consolidate`` runs.
+    """
     results: list[ConsolidationResult] = []
     current: Lease | None = lease
-    for _ in range(max_reruns + 1):
+    for i in range(max_reruns + 1):
         if current is None:
             break
-        result, current = run_once(deps, current, executor)
+        first = i == 0
+        result, current = run_once(deps, current, executor, force=force and first,
+                                   kind=kind if first else KIND_CONSOLIDATE)
         if result is not None:
             results.append(result)
     return results

@@ -1,4 +1,13 @@
-"""Opening a run (SPEC §3.3 steps 1–7): signals, criteria, the decision to open a round, W."""
+"""Opening a run (SPEC §3.3 steps 1–7): signals, criteria, the decision to open a round, W.
+
+**Forced runs (project decision).** ``open_run(..., force=True)`` treats every scored world as
+fresh: the ``seen`` digests of the stored state are ignored for this run only, so a run re-considers
+the agent's signals even when none changed since the last completed run (``rsi batch`` after a model
+change; otherwise such a run would end ``recorded`` "no new correction or problem to fix"). A round
+still opens only if some scored world carries a negative signal. The run saves ``seen`` as usual, so
+the next ordinary run compares against this one. ``kind`` is stored on the run row (``consolidate``
+for host-triggered runs, ``batch:<name>`` for ``rsi batch``); re-runs for pending turns are never forced.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +24,8 @@ from rsi_common.db import (
     set_run_params,
     start_run,
     update_signals,
-    world_by_io,
 )
-from rsi_common.errors import LeaseLost
+from rsi_common.errors import InvalidInput, LeaseLost
 from rsi_common.world import TurnWorld
 from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, turn_world
 from rsi_worker.consolidate.evaluate import TrialSlot, plan_incumbent
@@ -27,7 +35,12 @@ from rsi_worker.consolidate.state import EMPTY_DIGEST, ConsolidationState, signa
 from rsi_worker.consolidate.worlds import select_worlds
 from rsi_worker.roles.signal import implicit_signal
 
-__all__ = ["Next", "open_run", "renew_or_stop"]
+__all__ = ["KIND_CONSOLIDATE", "MAX_KIND_CHARS", "Next", "open_run", "renew_or_stop"]
+
+KIND_CONSOLIDATE = "consolidate"
+"""Run kind of a host-triggered run (and of its re-runs)."""
+MAX_KIND_CHARS = 32
+"""Width of ``rsi_runs.kind``."""
 
 
 @dataclass
@@ -91,19 +104,29 @@ def _read_implicit(deps: Deps, session: Session, ctx: RoundContext, worlds: list
     ctx.usage["signal"] = reader.usage()
 
 
-def open_run(deps: Deps, lease: Lease) -> Next:
+def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CONSOLIDATE) -> Next:
     """Steps 1–7 of one run: open the row, read signals, decide, pick W and plan the incumbent.
+
+    Args:
+        deps: the outside world.
+        lease: the lease the run holds.
+        force: treat every scored world as fresh (module docstring).
+        kind: stored on the run row (at most :data:`MAX_KIND_CHARS` characters).
 
     Returns a final ``Next`` (``skipped``/``recorded``) or ``trials`` with the incumbent's slots.
 
     Raises:
         LeaseLost: the lease was not held any more.
+        InvalidInput: ``kind`` is empty or too long (nothing is written).
     """
+    if not isinstance(kind, str) or not 0 < len(kind) <= MAX_KIND_CHARS:
+        raise InvalidInput(f"run kind must be 1..{MAX_KIND_CHARS} characters, got {kind!r}")
     t0 = time.monotonic()
     params = deps.params
     with deps.sessions() as session:
         run = start_run(
-            session, lease.agent, fence=lease.fence, io_id=lease.io, retention=deps.settings.run_retention
+            session, lease.agent, fence=lease.fence, io_id=lease.io, kind=kind,
+            retention=deps.settings.run_retention,
         )
         session.commit()
         ctx = RoundContext(
@@ -114,6 +137,7 @@ def open_run(deps: Deps, lease: Lease) -> Next:
             io_id=lease.io,
             start_version=run.start_version,
             early_stop=params.early_stop,
+            force=bool(force),
         )
         if run.status != "running":  # a redelivered task of a finished run
             return Next("stop", ctx)
@@ -125,8 +149,8 @@ def open_run(deps: Deps, lease: Lease) -> Next:
         ctx.t = state.t
         rows = load_latest_worlds(session, lease.agent, params.world_pool)
         worlds = [turn_world(r) for r in rows]
-        latest_row = world_by_io(session, lease.agent, lease.io) if lease.io else None
-        latest = next((w for w in worlds if latest_row is not None and w.id == latest_row.id), None)
+        # the trigger's world, when it is among the loaded ones (io ids are unique per agent)
+        latest = next((w for w, r in zip(worlds, rows, strict=True) if r.io_id == lease.io), None)
         ctx.latest = latest.id if latest else None
         ctx.provider, ctx.model = _policy(worlds, latest, deps)
         if not worlds:
@@ -149,7 +173,10 @@ def _decide(
     params = deps.params
     ctx.loaded = [w.id for w in worlds]
     ctx.digests = {w.id: signal_digest(w.signals) for w in worlds}
-    fresh = {w.id for w in worlds if ctx.digests[w.id] != state.seen.get(w.id, EMPTY_DIGEST)}
+    if ctx.force:  # every world counts as fresh for this run (module docstring)
+        fresh = {w.id for w in worlds}
+    else:
+        fresh = {w.id for w in worlds if ctx.digests[w.id] != state.seen.get(w.id, EMPTY_DIGEST)}
     checks = {w.id: checks_for(w.signals, answer=w.answer) for w in worlds if w.replayable}
     scored = [w for w in worlds if w.replayable and checks.get(w.id)]
     if not scored:

@@ -8,7 +8,6 @@ applied by the functions here, never by callers.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -69,6 +68,18 @@ def signal_digest(signals: Mapping[str, Any] | None) -> str:
 EMPTY_DIGEST = signal_digest({})
 
 
+def _copy_json(x: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts, lists, tuples, scalars) — several times faster than
+    ``copy.deepcopy``, which every run pays on the whole state (verdict and replay caches)."""
+    if isinstance(x, dict):
+        return {k: _copy_json(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_copy_json(v) for v in x]
+    if isinstance(x, tuple):
+        return tuple(_copy_json(v) for v in x)
+    return x
+
+
 @dataclass
 class ConsolidationState:
     """Mutable working copy of one agent's state; serialise with :meth:`to_json`."""
@@ -86,12 +97,12 @@ class ConsolidationState:
         return {
             "schema": STATE_SCHEMA,
             "t": self.t,
-            "records": copy.deepcopy(self.records),
+            "records": _copy_json(self.records),
             "progress": list(self.progress),
-            "analysis": copy.deepcopy(self.analysis),
-            "scoreboard": copy.deepcopy(self.scoreboard),
-            "cache": copy.deepcopy(self.cache),
-            "verdicts": copy.deepcopy(self.verdicts),
+            "analysis": _copy_json(self.analysis),
+            "scoreboard": _copy_json(self.scoreboard),
+            "cache": _copy_json(self.cache),
+            "verdicts": _copy_json(self.verdicts),
             "seen": dict(self.seen),
         }
 

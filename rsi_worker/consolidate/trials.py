@@ -90,11 +90,13 @@ def _result_of(deps: Deps, ctx: RoundContext, slot: TrialSlot, world: Any, harne
 
 def _store(deps: Deps, ctx: RoundContext, slot: TrialSlot, **values: Any) -> dict[str, Any]:
     with deps.sessions() as session:
-        row, _ = save_replay_row(
+        row, created = save_replay_row(
             session, ctx.run_id, slot.candidate, slot.world_id, slot.trial, source=slot.source, **values
         )
         session.commit()
         out = row_json(row)
+    if created:  # a duplicate delivery stored nothing: count each trial once
+        deps.metrics.replay_finished(out)
     if slot.candidate != INCUMBENT and ctx.early_stop and out["status"] != "cancelled":
         passed = int(out["result"].get("passed", 0)) if out["status"] == "ok" else 0
         weight = int(out["weight"]) if out["status"] == "ok" else 0

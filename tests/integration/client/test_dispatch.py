@@ -67,7 +67,7 @@ def test_memory_transport_delivers_the_message() -> None:
             assert msg.headers["task"] == TASK_CONSOLIDATE and msg.headers["id"] == task_id
             assert msg.content_type == "application/json" and json.loads(msg.body) == [ARGS, {}, EMBED]
             assert msg.properties["correlation_id"] == task_id
-            assert msg.delivery_info == {"exchange": QUEUE_CONSOLIDATE, "routing_key": QUEUE_CONSOLIDATE}
+            assert msg.delivery_info == {"exchange": "", "routing_key": QUEUE_CONSOLIDATE}  # default exchange
     finally:
         dispatcher.close()
 
@@ -85,7 +85,7 @@ def test_redis_broker_gets_the_celery_envelope(redis_url: str) -> None:
     assert env["headers"]["task"] == TASK_CONSOLIDATE and env["headers"]["id"] == task_id
     props = env["properties"]
     assert (props["correlation_id"], props["delivery_mode"], props["priority"]) == (task_id, 2, 0)
-    assert props["delivery_info"] == {"exchange": QUEUE_CONSOLIDATE, "routing_key": QUEUE_CONSOLIDATE}
+    assert props["delivery_info"] == {"exchange": "", "routing_key": QUEUE_CONSOLIDATE}
     assert env["decoded"] == [ARGS, {}, EMBED]
 
 

@@ -1,0 +1,143 @@
+"""``rsi worlds``: move recorded turns in and out as JSON Lines (:mod:`rsi_worker.worldfile`).
+
+``rsi worlds export A [--out FILE]`` writes agent A's stored worlds, newest last.
+``rsi worlds import FILE [--agent A] [--trigger]`` checks every line, reports the bad ones with
+their line numbers and reasons, stores the good ones, and exits 0 when at least one line was stored
+(or already present), 1 when every line failed. Import triggers no consolidation unless
+``--trigger`` is given (once per agent, for its newest world): see :mod:`rsi_worker.worldfile`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+import typer
+
+from rsi_worker.commands.common import (
+    EXIT_INPUT,
+    EXIT_SETUP,
+    check_schema,
+    cli_errors,
+    echo_json,
+    fail,
+    load_settings,
+)
+
+if TYPE_CHECKING:
+    from rsi_common.config import Settings
+    from rsi_worker.worldfile import ImportReport
+
+worlds = typer.Typer(no_args_is_help=True, help="Export and import recorded turns (JSON Lines).")
+
+__all__ = ["worlds"]
+
+OUT_OPT = typer.Option(None, "--out", "-o", help="Output file (default: stdout).")
+FILE_ARG = typer.Argument(..., help="A JSON Lines file ('-' for stdin).")
+TRIGGER_HELP = "Trigger one consolidation per agent that got new worlds (needs RSI_REDIS_URL)."
+
+
+@worlds.command("export")
+def export_cmd(
+    agent: str = typer.Argument(..., help="The agent whose worlds are exported."),
+    out: Path | None = OUT_OPT,
+) -> None:
+    """Write AGENT's stored worlds as JSON Lines, one turn per line, newest last."""
+    from rsi_common.db import make_engine, session_factory
+    from rsi_worker.worldfile import export_lines
+
+    with cli_errors():
+        engine = make_engine(load_settings().database_url)
+        try:
+            check_schema(engine)
+            with session_factory(engine)() as s:
+                s.connection(execution_options={"sqlite_begin": "DEFERRED"})
+                lines = list(export_lines(s, agent))
+        finally:
+            engine.dispose()
+    text = "".join(line + "\n" for line in lines)
+    if out is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        out.write_text(text, encoding="utf-8")
+        typer.echo(f"{len(lines)} world(s) of {agent} written to {out}", err=True)
+
+
+@worlds.command("import")
+def import_cmd(
+    file: Path = FILE_ARG,
+    agent: str | None = typer.Option(None, "--agent", help="Store every line under this agent id."),
+    trigger: bool = typer.Option(False, "--trigger", help=TRIGGER_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Import worlds from FILE; bad lines are reported with their line numbers and skipped."""
+    if str(file) != "-" and not file.is_file():
+        fail(f"no such file: {file}", code=EXIT_INPUT, as_json=as_json)
+    with cli_errors(as_json):
+        settings = load_settings()
+        if trigger and not settings.redis_url:
+            fail("--trigger needs RSI_REDIS_URL (the broker)", code=EXIT_SETUP, as_json=as_json)
+        report = _run_import(settings, file, agent, trigger)
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        _print_report(report)
+    if report.lines and not report.imported and not report.existing:
+        raise typer.Exit(EXIT_INPUT)
+
+
+def _run_import(settings: Settings, file: Path, agent: str | None, trigger: bool) -> ImportReport:
+    from rsi_common.db import make_engine, session_factory
+    from rsi_worker.worldfile import import_lines, trigger_imported
+
+    engine = make_engine(settings.database_url)
+    try:
+        check_schema(engine)
+        sessions = session_factory(engine)
+        with _open(file) as lines:
+            report = import_lines(sessions, lines, agent=agent, retention=settings.world_retention,
+                                  enqueued=not trigger)
+        if trigger and report.agents:
+            from rsi_worker.commands.common import open_client
+
+            client = open_client(settings)
+            try:
+                trigger_imported(sessions, client.coord, client.dispatcher, report)
+            finally:
+                client.close()
+        return report
+    finally:
+        engine.dispose()
+
+
+def _open(file: Path) -> contextlib.AbstractContextManager[TextIO]:
+    if str(file) == "-":
+        return contextlib.nullcontext(sys.stdin)
+    return open(file, encoding="utf-8")
+
+
+def _print_report(report: ImportReport) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    err = Console(stderr=True)
+    if report.errors:
+        table = Table(title=f"{len(report.errors)} line(s) skipped")
+        table.add_column("line", justify="right")
+        table.add_column("reason", overflow="fold")
+        for e in report.errors:
+            table.add_row(str(e.line), e.reason)
+        err.print(table)
+    summary = Table(title="rsi worlds import")
+    summary.add_column("agent")
+    summary.add_column("imported", justify="right")
+    summary.add_column("trigger")
+    for agent_id, ids in report.agents.items():
+        summary.add_row(agent_id, str(len(ids)), report.triggered.get(agent_id, "-"))
+    Console().print(summary)
+    typer.echo(f"{report.imported} imported, {report.existing} already stored, {len(report.errors)} skipped"
+               + (f", {report.removed_by_retention} removed by retention" if report.removed_by_retention
+                  else ""))
