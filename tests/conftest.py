@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,3 +62,22 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
                          dbname="postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return f"postgresql+psycopg://postgres@/{name}?host={server.sockdir}&port={server.port}"
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Any]:
+    """A migrated, empty database (SQLite and PostgreSQL, through ``db_url``)."""
+    from rsi_common.db import make_engine, upgrade
+
+    eng = make_engine(db_url)
+    upgrade(eng)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def redis_srv(tmp_path: Path) -> Iterator[RedisServer]:
+    """A private redis-server for one test (tests that restart it or run worker processes)."""
+    server = RedisServer(tmp_path / "redis").start()
+    yield server
+    server.stop()

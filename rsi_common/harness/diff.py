@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Mapping
+from typing import Any
 
 from rsi_common.errors import ManifestError
 from rsi_common.harness.paths import MANIFEST_FILE
@@ -63,6 +64,16 @@ def harness_from_workspace(ws: Mapping[str, str]) -> Harness:
         ManifestError: no or invalid ``manifest.json``, a rule broken, a referenced file missing.
         PathEscapeError: a path is unsafe.
     """
+    obj, files = split_workspace(ws)
+    return build_harness(obj, files)
+
+
+def split_workspace(ws: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``(manifest object, other files)`` of a workspace.
+
+    Raises:
+        ManifestError: no ``manifest.json``, or it is not a JSON object.
+    """
     text = ws.get(MANIFEST_FILE)
     if text is None:
         raise ManifestError(f"the workspace has no {MANIFEST_FILE}")
@@ -72,4 +83,4 @@ def harness_from_workspace(ws: Mapping[str, str]) -> Harness:
         raise ManifestError(f"{MANIFEST_FILE} is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise ManifestError(f"{MANIFEST_FILE} must hold a JSON object")
-    return build_harness(obj, {p: t for p, t in ws.items() if p != MANIFEST_FILE})
+    return obj, {p: t for p, t in ws.items() if p != MANIFEST_FILE}

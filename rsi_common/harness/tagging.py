@@ -18,16 +18,14 @@ Decisions where §6.3 is silent:
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from rsi_common.errors import ManifestError
 from rsi_common.harness.addresses import is_locked, locked_leaves, param_leaves
+from rsi_common.harness.diff import split_workspace
 from rsi_common.harness.manifest import ComponentSpec, Manifest, load_manifest
-from rsi_common.harness.paths import MANIFEST_FILE
 from rsi_common.harness.payload import Harness
 from rsi_common.harness.version import canonical_json
 from rsi_common.kinds import in_kind_order
@@ -100,16 +98,8 @@ def covers(r: str, a: str) -> bool:
 def _side(tree: Tree) -> tuple[Manifest, Mapping[str, str]]:
     if isinstance(tree, Harness):
         return tree.manifest, tree.files
-    text = tree.get(MANIFEST_FILE)
-    if text is None:
-        raise ManifestError(f"the workspace has no {MANIFEST_FILE}")
-    try:
-        obj = json.loads(text)
-    except ValueError as exc:
-        raise ManifestError(f"{MANIFEST_FILE} is not valid JSON: {exc}") from None
-    if not isinstance(obj, dict):
-        raise ManifestError(f"{MANIFEST_FILE} must hold a JSON object")
-    return load_manifest(obj), {p: t for p, t in tree.items() if p != MANIFEST_FILE}
+    obj, files = split_workspace(tree)
+    return load_manifest(obj), files
 
 
 def _param_diff(a: Mapping[str, Any], b: Mapping[str, Any], path: str) -> Iterator[tuple[str, Any, Any]]:

@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 import anthropic as sdk
 
-from rsi_common.errors import ModelAuthError, ModelBadRequest
+from rsi_common.errors import ModelBadRequest
 from rsi_common.llm.base import ModelRequest, ModelResponse, Usage
-from rsi_common.llm.retry import RetryPolicy, SdkErrors, call_with_retries, classify_sdk_error
+from rsi_common.llm.retry import SdkErrors, call_with_retries, classify_sdk_error, client_credentials
 
 if TYPE_CHECKING:
     from rsi_common.config import Settings
@@ -74,24 +74,14 @@ class AnthropicClient:
         max_retries: int | None = None,
     ) -> None:
         self.model = model
-        url = base_url or settings.anthropic_base_url
-        key = settings.api_key("anthropic")
-        if not key:
-            if url is None:
-                raise ModelAuthError("anthropic: no API key is configured; set RSI_ANTHROPIC_API_KEY")
-            key = "no-key"  # a custom endpoint (proxy) that needs none
+        key, url, self._policy = client_credentials(
+            "anthropic", settings, base_url, max_retries=max_retries, sleep=sleep
+        )
         self._sdk = sdk.Anthropic(
             api_key=key,
             base_url=url or DEFAULT_BASE_URL,
             timeout=settings.model_timeout_s,
             max_retries=0,
-        )
-        self._policy = RetryPolicy(
-            "anthropic",
-            settings.model_max_retries if max_retries is None else max_retries,
-            settings.model_backoff_s,
-            (key,),
-            sleep,
         )
 
     def complete(self, request: ModelRequest) -> ModelResponse:

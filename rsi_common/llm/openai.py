@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Any
 
 import openai as sdk
 
-from rsi_common.errors import ModelAuthError, ModelBadRequest
+from rsi_common.errors import ModelBadRequest
 from rsi_common.llm.base import ModelRequest, ModelResponse, Usage
-from rsi_common.llm.retry import RetryPolicy, SdkErrors, call_with_retries, classify_sdk_error
+from rsi_common.llm.retry import SdkErrors, call_with_retries, classify_sdk_error, client_credentials
 
 if TYPE_CHECKING:
     from rsi_common.config import Settings
@@ -74,25 +74,15 @@ class OpenAIClient:
         max_retries: int | None = None,
     ) -> None:
         self.model = model
-        url = base_url or settings.openai_base_url
-        key = settings.api_key("openai")
-        if not key:
-            if url is None:
-                raise ModelAuthError("openai: no API key is configured; set RSI_OPENAI_API_KEY")
-            key = "no-key"  # vLLM, Ollama and similar servers accept any key
+        key, url, self._policy = client_credentials(
+            "openai", settings, base_url, max_retries=max_retries, sleep=sleep
+        )
         self._official = url is None
         self._sdk = sdk.OpenAI(
             api_key=key,
             base_url=url or DEFAULT_BASE_URL,
             timeout=settings.model_timeout_s,
             max_retries=0,
-        )
-        self._policy = RetryPolicy(
-            "openai",
-            settings.model_max_retries if max_retries is None else max_retries,
-            settings.model_backoff_s,
-            (key,),
-            sleep,
         )
 
     def complete(self, request: ModelRequest) -> ModelResponse:

@@ -15,9 +15,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from rsi_common.errors import ModelAuthError, ModelBadRequest, ModelError, ModelTransientError
+
+if TYPE_CHECKING:
+    from rsi_common.config import Settings
 
 __all__ = [
     "KEY_SETTINGS",
@@ -59,6 +62,26 @@ class RetryPolicy:
     def delay_s(self, retry: int) -> float:
         """Delay before retry number ``retry`` (0-based), in seconds."""
         return float(self.backoff_s * 2.0**retry)
+
+
+def client_credentials(
+    provider: str, settings: Settings, base_url: str | None, *, max_retries: int | None,
+    sleep: Callable[[float], None],
+) -> tuple[str, str | None, RetryPolicy]:
+    """``(key, url, retry policy)`` of a real client, from settings only.
+
+    A custom base URL without a key gets a placeholder key (local servers and proxies that need
+    none). Raises :class:`ModelAuthError` when neither a key nor a base URL is configured.
+    """
+    url = base_url or getattr(settings, f"{provider}_base_url")
+    key = settings.api_key(provider)
+    if not key:
+        if url is None:
+            setting = f"RSI_{provider.upper()}_API_KEY"
+            raise ModelAuthError(f"{provider}: no API key is configured; set {setting}")
+        key = "no-key"  # vLLM, Ollama, proxies: any key is accepted
+    retries = settings.model_max_retries if max_retries is None else max_retries
+    return key, url, RetryPolicy(provider, retries, settings.model_backoff_s, (key,), sleep)
 
 
 def scrub(text: str, secrets: tuple[str, ...]) -> str:

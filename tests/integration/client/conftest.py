@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from rsi_common.client import RsiClient, redis_client
 from rsi_common.config import Settings
-from rsi_common.db import make_engine, session_factory, upgrade
+from rsi_common.db import session_factory
 from rsi_common.dispatch import RecordingDispatcher
 
 GOLDEN_WORLD = Path(__file__).resolve().parents[2] / "golden" / "world" / "rsi-world-1.json"
@@ -34,15 +34,6 @@ def make_world(io: str, clock: float = 1_700_000_000.0, *, agent: str = "", inte
 
 def make_settings(db_url: str, redis_url: str | None, **overrides: Any) -> Settings:
     return Settings(database_url=db_url, redis_url=redis_url, **overrides)
-
-
-@pytest.fixture
-def engine(db_url: str) -> Iterator[Engine]:
-    """A migrated, empty database."""
-    eng = make_engine(db_url)
-    upgrade(eng)
-    yield eng
-    eng.dispose()
 
 
 @pytest.fixture

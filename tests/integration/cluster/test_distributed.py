@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +20,6 @@ from tests.support.pipeline import Stack
 
 pytestmark = pytest.mark.timeout(240)
 REQUEST = "Compare laptops: use search query=laptops"
-
-
-@pytest.fixture
-def redis_srv(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis").start()
-    yield server
-    server.stop()
 
 
 def stack_for(tmp_path: Path, db_url: str, server: RedisServer, name: str = "x", **kw: Any) -> Stack:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +21,6 @@ from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.timeout(240)
 REQUEST = "Compare laptops: use search query=laptops"
-
-
-@pytest.fixture
-def redis_srv(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path / "redis").start()
-    yield server
-    server.stop()
 
 
 def host(tmp_path: Path, server: RedisServer) -> RsiClient:

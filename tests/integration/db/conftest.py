@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from rsi_common.db import make_engine, session_factory, upgrade
-
-
-@pytest.fixture
-def engine(db_url: str) -> Iterator[Engine]:
-    """A migrated, empty database."""
-    eng = make_engine(db_url)
-    upgrade(eng)
-    yield eng
-    eng.dispose()
+from rsi_common.db import session_factory
 
 
 @pytest.fixture
