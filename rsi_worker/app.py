@@ -13,6 +13,7 @@ idempotent (see each task's docstring); :meth:`WorkerContext.count_delivery` cap
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import os
@@ -138,6 +139,10 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     ctx = _worker_context(sender)
     if ctx is not None:
         ctx.start_observability(pool=str(getattr(sender, "pool_cls", "")))
+    # Everything imported at start-up lives for the whole process: move it out of the garbage
+    # collector's generations so a full collection does not stall a short task (no-signal runs).
+    gc.collect()
+    gc.freeze()
 
 
 def _on_worker_shutdown(sender: Any = None, **_: Any) -> None:

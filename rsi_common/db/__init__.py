@@ -65,6 +65,7 @@ from rsi_common.db.runs import (
 from rsi_common.db.sqltypes import db_ago, db_now
 from rsi_common.db.worlds import (
     get_world,
+    load_latest_heads,
     load_latest_worlds,
     mark_enqueued,
     retain_trajectories,
@@ -75,6 +76,7 @@ from rsi_common.db.worlds import (
     unenqueued_worlds,
     update_signals,
     world_by_io,
+    world_records,
 )
 
 __all__ = [
@@ -110,6 +112,7 @@ __all__ = [
     "get_world",
     "head_revision",
     "lineage",
+    "load_latest_heads",
     "load_latest_worlds",
     "lock_agent",
     "make_engine",
@@ -139,4 +142,5 @@ __all__ = [
     "update_signals",
     "upgrade",
     "world_by_io",
+    "world_records",
 ]

@@ -206,6 +206,32 @@ def load_latest_worlds(session: Session, agent_id: str, n: int) -> list[WorldRow
     )
 
 
+WORLD_HEAD_COLUMNS = (WorldRow.id, WorldRow.io_id, WorldRow.interaction_id, WorldRow.seq, WorldRow.clock,
+                      WorldRow.replayable, WorldRow.signals, WorldRow.harness_version, WorldRow.model,
+                      WorldRow.provider)
+"""Every column of a world row except the (large) record itself."""
+
+
+def load_latest_heads(session: Session, agent_id: str, n: int) -> list[sa.Row[Any]]:
+    """Like :func:`load_latest_worlds` without the ``world`` record: a consolidation decides most
+    runs from the signals alone and reads records only for the worlds it needs."""
+    return list(
+        session.execute(
+            sa.select(*WORLD_HEAD_COLUMNS).where(WorldRow.agent_id == agent_id).order_by(*_LATEST)
+            .limit(max(0, n))
+        )
+    )
+
+
+def world_records(session: Session, world_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The ``world`` records of the given ids (ids no longer stored are left out)."""
+    ids = list(world_ids)
+    if not ids:
+        return {}
+    rows = session.execute(sa.select(WorldRow.id, WorldRow.world).where(WorldRow.id.in_(ids)))
+    return {row.id: dict(row.world or {}) for row in rows}
+
+
 def mark_enqueued(session: Session, world_ids: Iterable[str]) -> int:
     """Set ``enqueued_at`` (database clock) on the given worlds that have none; returns the count."""
     ids = list(world_ids)

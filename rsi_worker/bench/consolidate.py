@@ -15,7 +15,8 @@ Measured from the stored run (never from timing asserts in tests):
    wait of the ``consolidate`` message in its queue).
 2. **Critical path** of the run's own call graph, in model calls × ``latency_ms``::
 
-       CP = signal                         (implicit-signal reader calls, sequential, run context)
+       CP = signal                         (implicit-signal reader calls per pair: the pairs are read
+                                            concurrently, so ceil(calls / pairs), run context)
           + max over incumbent trials   (policy calls + judge calls)
           + analyst                        (run context)
           + max over drafts             (proposer calls + critic calls, the draft's usage)
@@ -161,7 +162,7 @@ def critical_path(params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     cand = [sum(_trial_calls(r)) for r in rows if r["candidate"] != INCUMBENT]
     draft = [_calls(d.get("usage"), "proposer") + _calls(d.get("usage"), "critic") for d in drafts.values()]
     segments = {
-        "signal": _calls(usage, "signal"),
+        "signal": -(-_calls(usage, "signal") // max(1, len(params.get("signals_read") or {}))),
         "incumbent_trial": max(inc, default=0),
         "analyst": _calls(usage, "analyst"),
         "draft": max(draft, default=0),

@@ -47,7 +47,7 @@ def build_state(
     if result.status not in SAVES_STATE:
         return None
     p = deps.params
-    state = start.copy()
+    state = start  # freshly loaded by the caller and not shared: no defensive copy
     for r in rows:  # verdict cache entries travel in the trial rows (SPEC §3.6.2)
         for key, verdict in ((r.get("result") or {}).get("new_verdicts") or {}).items():
             state.verdicts[key] = list(verdict)

@@ -12,6 +12,8 @@ for host-triggered runs, ``batch:<name>`` for ``rsi batch``); re-runs for pendin
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -20,19 +22,19 @@ from sqlalchemy.orm import Session
 from rsi_common.coord import Lease
 from rsi_common.db import (
     get_agent,
-    load_latest_worlds,
+    load_latest_heads,
     set_run_params,
     start_run,
     update_signals,
 )
 from rsi_common.errors import InvalidInput, LeaseLost
-from rsi_common.world import TurnWorld
-from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, turn_world
+from rsi_common.harness import H0_VERSION
+from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.evaluate import TrialSlot, plan_incumbent
 from rsi_worker.consolidate.result import ConsolidationResult, Status
 from rsi_worker.consolidate.signals import checks_for, negative, unread_pairs
 from rsi_worker.consolidate.state import EMPTY_DIGEST, ConsolidationState, signal_digest
-from rsi_worker.consolidate.worlds import select_worlds
+from rsi_worker.consolidate.worlds import PoolWorld, WorldPool, needs_answer, select_worlds
 from rsi_worker.roles.signal import implicit_signal
 
 __all__ = ["KIND_CONSOLIDATE", "MAX_KIND_CHARS", "Next", "open_run", "renew_or_stop"]
@@ -61,11 +63,11 @@ def renew_or_stop(deps: Deps, ctx: RoundContext) -> None:
         raise LeaseLost(f"agent {ctx.agent_id}: lease of fence {ctx.fence} is no longer held")
 
 
-def _policy(worlds: list[TurnWorld], latest: TurnWorld | None, deps: Deps) -> tuple[str, str]:
+def _policy(worlds: Sequence[PoolWorld], latest: PoolWorld | None, deps: Deps) -> tuple[str, str]:
     source = latest or (worlds[0] if worlds else None)
     if source is not None:
-        provider = str(source.data.get("provider") or deps.settings.default_provider)
-        model = str(source.data.get("model") or deps.settings.default_model)
+        provider = str(source.provider or deps.settings.default_provider)
+        model = str(source.model or deps.settings.default_model)
         return provider, model
     return deps.settings.default_provider, deps.settings.default_model
 
@@ -89,14 +91,21 @@ def _final(
     return Next("final", ctx, result=result)
 
 
-def _read_implicit(deps: Deps, session: Session, ctx: RoundContext, worlds: list[TurnWorld]) -> None:
-    """Step 3: read the unread pairs' next messages; write each verdict to its world at once."""
+def _read_implicit(deps: Deps, session: Session, ctx: RoundContext, worlds: list[PoolWorld]) -> None:
+    """Step 3: read the unread pairs' next messages; write each verdict to its world at once.
+
+    The pairs are independent, so the reader's calls run concurrently (one thread per pair, at
+    most ``signal_pairs``); the verdicts are written in pair order.
+    """
     pairs = unread_pairs(worlds, ctx.latest or "", deps.params.signal_pairs)
     if not pairs:
         return
     reader = deps.role(ctx, "signal")
-    for prev, cur in pairs:
-        verdict = implicit_signal(reader, prev.request, prev.answer, cur.request)
+    texts = [(prev.request, prev.answer, cur.request) for prev, cur in pairs]  # read here: the
+    session.commit()  # lazy records need the session, which the reader threads must not touch
+    with ThreadPoolExecutor(max_workers=len(pairs)) as pool:
+        verdicts = list(pool.map(lambda t: implicit_signal(reader, *t), texts))
+    for (prev, _cur), verdict in zip(pairs, verdicts, strict=True):
         update_signals(session, ctx.agent_id, {"implicit": verdict}, world_id=prev.id)
         session.commit()
         prev.signals["implicit"] = verdict
@@ -147,15 +156,17 @@ def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
             return _final(ctx, "skipped", "agent is frozen", None, t0)
         state = ConsolidationState.from_json(agent.state)
         ctx.t = state.t
-        rows = load_latest_worlds(session, lease.agent, params.world_pool)
-        worlds = [turn_world(r) for r in rows]
+        pool = WorldPool(session, load_latest_heads(session, lease.agent, params.world_pool))
+        worlds = pool.worlds
         # the trigger's world, when it is among the loaded ones (io ids are unique per agent)
-        latest = next((w for w, r in zip(worlds, rows, strict=True) if r.io_id == lease.io), None)
+        latest = next((w for w in worlds if w.io_id == lease.io), None)
         ctx.latest = latest.id if latest else None
         ctx.provider, ctx.model = _policy(worlds, latest, deps)
         if not worlds:
             return _final(ctx, "recorded", "no worlds", state, t0)
-        ctx.inc_version = load_harness(session, lease.agent, run.start_version).version
+        # the incumbent's version is its stored id (H0's when none); its payload is read and
+        # tamper-checked only where it is replayed
+        ctx.inc_version = run.start_version or H0_VERSION
         session.commit()
         _read_implicit(deps, session, ctx, worlds)
         return _decide(deps, session, ctx, state, worlds, t0)
@@ -166,7 +177,7 @@ def _decide(
     session: Session,
     ctx: RoundContext,
     state: ConsolidationState,
-    worlds: list[TurnWorld],
+    worlds: list[PoolWorld],
     t0: float,
 ) -> Next:
     """Steps 4–7."""
@@ -177,7 +188,8 @@ def _decide(
         fresh = {w.id for w in worlds}
     else:
         fresh = {w.id for w in worlds if ctx.digests[w.id] != state.seen.get(w.id, EMPTY_DIGEST)}
-    checks = {w.id: checks_for(w.signals, answer=w.answer) for w in worlds if w.replayable}
+    checks = {w.id: checks_for(w.signals, answer=w.answer if needs_answer(w.signals) else "")
+              for w in worlds if w.replayable}
     scored = [w for w in worlds if w.replayable and checks.get(w.id)]
     if not scored:
         return _final(ctx, "recorded", "no turn has a signal to learn from yet", state, t0)

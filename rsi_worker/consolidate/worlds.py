@@ -1,13 +1,17 @@
-"""Evaluation-world selection (SPEC §3.5)."""
+"""The worlds of a run: lazy loading (:class:`WorldPool`) and evaluation-world selection (SPEC §3.5)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from typing import TypeVar
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, TypeVar
 
+from sqlalchemy.orm import Session
+
+from rsi_common.db import world_records
+from rsi_common.world import TurnWorld
 from rsi_worker.consolidate.signals import WorldLike, negative
 
-__all__ = ["select_worlds"]
+__all__ = ["PoolWorld", "WorldPool", "needs_answer", "select_worlds"]
 
 W = TypeVar("W", bound=WorldLike)
 
@@ -32,3 +36,78 @@ def select_worlds(scored: Sequence[W], fresh: Collection[str], n_eval: int = 8) 
     group_c = [w for w in scored if w.id not in fresh and not negative(w.signals)]
     ordered = newest_first(group_a) + newest_first(group_b) + newest_first(group_c)
     return ordered[: max(1, n_eval)]
+
+
+class WorldPool:
+    """The worlds a run loaded, with each record read from SQL only when a step needs it.
+
+    Most runs are decided from the signals alone (no fresh negative signal): they read only the
+    row columns. Records are fetched, once, for the worlds whose request or answer matters —
+    an unread conversation pair, a signal whose check quotes the answer, the evaluation worlds.
+    The pool must be used while its session is open.
+    """
+
+    def __init__(self, session: Session, heads: Sequence[Any]) -> None:
+        self._session = session
+        self._records: dict[str, dict[str, Any]] = {}
+        self.worlds = [PoolWorld(self, h) for h in heads]
+
+    def record(self, world_id: str) -> dict[str, Any]:
+        if world_id not in self._records:
+            self._records.update(world_records(self._session, [world_id]))
+            self._records.setdefault(world_id, {})
+        return self._records[world_id]
+
+    def prefetch(self, world_ids: Sequence[str]) -> None:
+        """Read the records of several worlds in one query."""
+        missing = [w for w in world_ids if w not in self._records]
+        self._records.update(world_records(self._session, missing))
+
+
+class PoolWorld:
+    """One world of a :class:`WorldPool`: row columns at hand, the record on demand.
+
+    Offers what :class:`~rsi_common.world.TurnWorld` offers (``data``, ``request``, ``answer``,
+    ``history`` …); ``replayable``, ``clock``, ``harness_version`` and ``model`` come from the row.
+    """
+
+    def __init__(self, pool: WorldPool, head: Any) -> None:
+        self._pool = pool
+        self.id: str = head.id
+        self.io_id: str = head.io_id
+        self.interaction_id: str = head.interaction_id or ""
+        self.seq: int = int(head.seq or 0)
+        self.clock: float = float(head.clock or 0.0)
+        self.replayable: bool = bool(head.replayable)
+        self.signals: dict[str, Any] = dict(head.signals or {})
+        self.harness_version: str | None = head.harness_version
+        self.model: str | None = head.model
+        self.provider: str | None = head.provider
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return self._pool.record(self.id)
+
+    def turn(self) -> TurnWorld:
+        """The full :class:`TurnWorld`."""
+        return TurnWorld(self.id, self.data, self.signals, self.interaction_id, self.seq)
+
+    @property
+    def request(self) -> str:
+        return self.turn().request
+
+    @property
+    def answer(self) -> str:
+        return self.turn().answer
+
+    @property
+    def history(self) -> list[Any]:
+        return self.turn().history
+
+
+def needs_answer(signals: Mapping[str, Any]) -> bool:
+    """Whether :func:`checks_for` would quote the recorded answer (an accepted answer)."""
+    stars = signals.get("stars")
+    imp = signals.get("implicit")
+    accepted = isinstance(stars, int) and not isinstance(stars, bool) and stars >= 4
+    return accepted or (isinstance(imp, Mapping) and imp.get("kind") == "accept")
