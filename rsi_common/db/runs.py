@@ -24,6 +24,7 @@ from rsi_common.db.sqltypes import db_ago, db_now
 from rsi_common.errors import ErrorRecord, InvalidInput
 
 __all__ = [
+    "FROZEN_REASON",
     "KEPT_REASON",
     "SUPERSEDED_REASON",
     "Adoption",
@@ -45,6 +46,9 @@ __all__ = [
 
 SUPERSEDED_REASON = "superseded"
 KEPT_REASON = "the harness changed during the run; not adopted"
+FROZEN_REASON = "the agent was frozen during the run; not adopted"
+"""A user who freezes an agent expects no change: an adoption found frozen is discarded like a
+rollback's (project decision)."""
 FinalOutcome = Literal["written", "adopted", "kept", "superseded"]
 _FINAL_STATUSES = ("recorded", "kept", "failed", "adopted", "skipped")
 _NEWEST = (RunRow.started_at.desc(), sa.func.coalesce(RunRow.fence, 0).desc(), RunRow.id.desc())
@@ -244,7 +248,8 @@ def final_write(
        wrote) → ``superseded``: a ``running`` row becomes ``interrupted`` ("superseded"); a row
        already closed (swept, or this same write redelivered) is left as it is; nothing else.
     b. Adopting and ``current_version ≠ start_version`` (rollback, pin or clone meanwhile) →
-       ``kept``: run row ``kept`` with :data:`KEPT_REASON` (``result`` copied with that status,
+       ``kept`` — also when the agent was frozen meanwhile (:data:`FROZEN_REASON`): run row ``kept``
+       with :data:`KEPT_REASON` (``result`` copied with that status,
        reason, ``adopted: false`` and ``version = start_version``) and ``applied_fence``; the state
        is **not** saved.
     c. Otherwise ``state`` (when not ``None``; a ``failed`` run passes ``None`` and leaves the state
@@ -284,12 +289,13 @@ def final_write(
                    SUPERSEDED_REASON}, None, None)
             _flush(session, run, agent)
         return FinalWrite("superseded", run, agent)
-    if adoption is not None and agent.current_version != run.start_version:
+    if adoption is not None and (agent.current_version != run.start_version or agent.frozen):
+        reason = KEPT_REASON if agent.current_version != run.start_version else FROZEN_REASON
         kept = None if result is None else {
-            **result, "status": "kept", "reason": KEPT_REASON, "adopted": False,
+            **result, "status": "kept", "reason": reason, "adopted": False,
             "version": run.start_version,
         }
-        _close(run, "kept", KEPT_REASON, kept, error, None)
+        _close(run, "kept", reason, kept, error, None)
         agent.applied_fence = run.fence
         _flush(session, run, agent)
         return FinalWrite("kept", run, agent)

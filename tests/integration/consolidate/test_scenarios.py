@@ -322,3 +322,24 @@ def test_stall_makes_the_reserved_variant_explore(tmp_path: Path) -> None:
     b_kinds = {t["kind"] for t in drafts["B"]["touched"]}
     assert b_kinds & untried, drafts["B"]
     stack.close()
+
+
+def test_freeze_during_the_run_blocks_the_adoption(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rsi_common.db import freeze
+    from rsi_worker.consolidate import inline
+
+    corrected(stack)
+    before = stack.state("shop").to_json()
+    original = inline.judge_round
+
+    def judge_after_freeze(deps: Any, run_id: str) -> Any:
+        with stack.sessions() as s:  # the user freezes the agent while the run is judging
+            freeze(s, "shop")
+            s.commit()
+        return original(deps, run_id)
+
+    monkeypatch.setattr(inline, "judge_round", judge_after_freeze)
+    result = stack.consolidate("shop")
+    assert (result.status, result.reason) == ("kept", "the agent was frozen during the run; not adopted")
+    assert stack.current_version("shop") is None
+    assert stack.state("shop").to_json() == before
