@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from rsi_worker.wiring import Runtime
 
 
 def register(app: typer.Typer) -> None:
@@ -26,41 +29,89 @@ def consolidate(
         False, "--inline", help="Run in this process (debugging) instead of the cluster."
     ),
     io: str | None = typer.Option(None, "--io", help="The triggering turn's io id (default: the newest)."),
+    wait_s: float = typer.Option(
+        120.0, "--wait", min=0, help="Cluster mode: seconds to wait for the run (0 = no)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the run record as JSON."),
 ) -> None:
-    """Run one consolidation of AGENT and print its run record."""
-    import json
-
+    """Run one consolidation of AGENT (on the cluster, or ``--inline`` here) and print its run record."""
     from rsi_common.config import Settings
-    from rsi_common.db import load_latest_worlds
-    from rsi_worker.consolidate import consolidate_inline
     from rsi_worker.wiring import open_runtime
 
-    if not inline:
-        typer.echo(
-            "rsi consolidate without --inline needs the Celery cluster (not yet available); use --inline",
-            err=True,
-        )
+    settings = Settings()
+    if not inline and not settings.redis_url:
+        typer.echo("rsi consolidate needs RSI_REDIS_URL (the cluster's broker), or --inline", err=True)
         raise typer.Exit(2)
-    rt = open_runtime(Settings(), migrate=True)
+    rt = open_runtime(settings, migrate=inline)
     try:
-        if io is None:
-            with rt.sessions() as s:
-                rows = load_latest_worlds(s, agent, 1)
-                if not rows:
-                    typer.echo(f"agent {agent!r} has no recorded turns", err=True)
-                    raise typer.Exit(1)
-                io = str(rows[0].io_id)
-        lease = rt.coord.try_begin(agent, io)
-        if lease is None:
-            typer.echo(f"a consolidation of {agent!r} is running; this turn was marked pending", err=True)
-            raise typer.Exit(3)
-        results = consolidate_inline(rt.deps, lease)
+        io = io or _newest_io(rt, agent)
+        records = _inline_run(rt, agent, io) if inline else _cluster_run(rt, agent, io, wait_s)
     finally:
         rt.close()
-    records = [r.summary() for r in results]
+    _print_records(records, as_json)
+
+
+def _newest_io(rt: Runtime, agent: str) -> str:
+    from rsi_common.db import load_latest_worlds
+
+    with rt.sessions() as s:
+        rows = load_latest_worlds(s, agent, 1)
+    if not rows:
+        typer.echo(f"agent {agent!r} has no recorded turns", err=True)
+        raise typer.Exit(1)
+    return str(rows[0].io_id)
+
+
+def _inline_run(rt: Runtime, agent: str, io: str) -> list[dict[str, Any]]:
+    from rsi_worker.consolidate import consolidate_inline
+
+    lease = rt.coord.try_begin(agent, io)
+    if lease is None:
+        typer.echo(f"a consolidation of {agent!r} is running; this turn was marked pending", err=True)
+        raise typer.Exit(3)
+    return [r.summary() for r in consolidate_inline(rt.deps, lease)]
+
+
+def _cluster_run(rt: Runtime, agent: str, io: str, wait_s: float) -> list[dict[str, Any]]:
+    """Trigger the run on the cluster (like a host's turn) and wait for a run that covers ``io``."""
+    import time
+
+    from rsi_common.db import runs
+    from rsi_common.dispatch import KombuDispatcher
+    from rsi_common.handoff import trigger_consolidation
+
+    with rt.sessions() as s:
+        before = {r.id for r in runs(s, agent, 200)}
+    dispatcher = KombuDispatcher(str(rt.settings.redis_url))
+    try:
+        handoff = trigger_consolidation(rt.coord, dispatcher, agent, io)
+    finally:
+        dispatcher.close()
+    if handoff.outcome == "deferred":
+        typer.echo(f"the cluster could not be reached ({handoff.error}); nothing was enqueued", err=True)
+        raise typer.Exit(2)
+    typer.echo(f"{handoff.outcome}: {agent} / {io}", err=True)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        with rt.sessions() as s:
+            new = [r for r in runs(s, agent, 20) if r.id not in before]
+        done = [r for r in new if r.status != "running"]
+        if done and not any(r.status == "running" for r in new):
+            return [dict(r.result or {"status": r.status, "reason": r.reason}, run_id=r.id) for r in done]
+        time.sleep(0.2)
+    if wait_s:
+        typer.echo(
+            f"no run of {agent!r} finished within {wait_s:.0f} s (it goes on in the cluster)", err=True
+        )
+        raise typer.Exit(4)
+    return []
+
+
+def _print_records(records: list[dict[str, Any]], as_json: bool) -> None:
+    import json
+
     if as_json:
-        typer.echo(json.dumps(records, indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(records, indent=2, ensure_ascii=False, default=str))
         return
     for rec in records:
         typer.echo(f"{rec.get('run_id')}: {rec['status']} — {rec['reason']}")
@@ -92,8 +143,13 @@ def _quiet(settings: Any) -> list[str]:
 
 def worker(
     ctx: typer.Context,
-    queues: str = typer.Option("consolidate,replay,judge", "--queues", "-Q", callback=_check_queues,
-                               help="Comma-separated queues (consolidate, replay, judge)."),
+    queues: str = typer.Option(
+        "consolidate,replay,judge",
+        "--queues",
+        "-Q",
+        callback=_check_queues,
+        help="Comma-separated queues (consolidate, replay, judge).",
+    ),
     concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, help="Pool size."),
     pool: str = typer.Option(
         "threads", "--pool", "-P", help="threads (model calls are I/O bound) or prefork."
@@ -127,8 +183,19 @@ def worker(
 
         from rsi_worker.supervise import supervise as run_supervised
 
-        child = [sys.executable, "-m", "rsi_worker.cli", "worker", "--no-supervise", "-Q", queues,
-                 "-c", str(concurrency), "-P", pool]
+        child = [
+            sys.executable,
+            "-m",
+            "rsi_worker.cli",
+            "worker",
+            "--no-supervise",
+            "-Q",
+            queues,
+            "-c",
+            str(concurrency),
+            "-P",
+            pool,
+        ]
         child += (["-n", hostname] if hostname else []) + (["-l", loglevel] if loglevel else [])
         raise typer.Exit(run_supervised(child + list(ctx.args)))
     app_ = create_app(settings)

@@ -179,3 +179,23 @@ def test_kill_9_of_a_worker_during_candidate_replays(tmp_path: Path, redis_srv: 
     assert stack.state("shop").t == 1
     stack.close()
     inline.close()
+
+
+def test_consolidate_command_triggers_the_cluster_and_waits(tmp_path: Path, redis_srv: RedisServer) -> None:
+    import subprocess
+    import sys
+
+    from tests.support.cluster import REPO, worker_env
+
+    db_url = f"sqlite:///{tmp_path / 'rsi.db'}"
+    stack = stack_for(tmp_path, db_url, redis_srv)
+    corrected(stack)
+    with Cluster(tmp_path, db_url, redis_srv.url, n=1):
+        done = subprocess.run(
+            [sys.executable, "-m", "rsi_worker.cli", "consolidate", "--agent", "shop", "--json"],
+            cwd=REPO, env=worker_env(db_url, redis_srv.url, tmp_path / "cli"), capture_output=True,
+            text=True, timeout=150)
+    assert done.returncode == 0, done.stderr
+    records = json.loads(done.stdout)
+    assert [r["status"] for r in records] == ["adopted"] and records[0]["round"]["winner"] in ("A", "B")
+    stack.close()
