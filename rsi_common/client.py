@@ -44,7 +44,7 @@ from sqlalchemy.orm import Session
 from rsi_common import db
 from rsi_common.config import Settings
 from rsi_common.coord import Coordinator
-from rsi_common.dispatch import Dispatcher, KombuDispatcher
+from rsi_common.dispatch import Dispatcher, KombuDispatcher, redis_py_url
 from rsi_common.errors import InvalidInput, SettingsError
 from rsi_common.handoff import COORD_ERRORS, trigger_consolidation
 from rsi_common.harness import H0_VERSION, Harness, diff_trees, h0, materialize, resolve_harness, workspace_of
@@ -170,9 +170,7 @@ class RunProgress:
 def redis_client(url: str, *, timeout_s: float = REDIS_TIMEOUT_S) -> redis.Redis:
     """A redis-py client for coordination: ``timeout_s`` connect/socket timeouts and no retries, so
     an unreachable Redis fails fast. Accepts kombu's ``redis+socket://<path>`` spelling too."""
-    if url.startswith("redis+socket://"):
-        url = "unix://" + url[len("redis+socket://"):]
-    return redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s,
+    return redis.Redis.from_url(redis_py_url(url), socket_connect_timeout=timeout_s, socket_timeout=timeout_s,
                                 retry=Retry(NoBackoff(), 0))
 
 

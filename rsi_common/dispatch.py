@@ -65,6 +65,7 @@ __all__ = [
     "TaskMessage",
     "celery_queue",
     "kombu_url",
+    "redis_py_url",
     "task_message",
 ]
 
@@ -173,6 +174,12 @@ def kombu_url(url: str) -> str:
     """The kombu spelling of a Redis URL: redis-py's ``unix://<path>`` → ``redis+socket://<path>``;
     every other URL unchanged."""
     return "redis+socket://" + url[len("unix://"):] if url.startswith("unix://") else url
+
+
+def redis_py_url(url: str) -> str:
+    """The redis-py spelling of a Redis URL: kombu's ``redis+socket://<path>`` → ``unix://<path>``;
+    every other URL unchanged (the inverse of :func:`kombu_url`)."""
+    return "unix://" + url[len("redis+socket://"):] if url.startswith("redis+socket://") else url
 
 
 def celery_queue(name: str) -> KombuQueue:

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from rsi_common.config import Settings
 from rsi_common.coord import Coordinator
 from rsi_common.db import make_engine, session_factory, upgrade
+from rsi_common.dispatch import redis_py_url
 from rsi_worker.consolidate import Deps, ModelFactory, default_models
 from rsi_worker.metrics import NULL_METRICS, Metrics
 
@@ -29,9 +30,11 @@ _FAKE_SERVERS: dict[str, Any] = {}
 def redis_client(settings: Settings) -> redis.Redis:
     """A client of ``RSI_REDIS_URL``; without one, an in-process fakeredis (one server per home)."""
     if settings.redis_url:
-        url = settings.redis_url.replace("redis+socket://", "unix://", 1)
         return redis.Redis.from_url(
-            url, socket_timeout=10, socket_connect_timeout=2, health_check_interval=30
+            redis_py_url(settings.redis_url),
+            socket_timeout=10,
+            socket_connect_timeout=2,
+            health_check_interval=30,
         )
     import fakeredis
 

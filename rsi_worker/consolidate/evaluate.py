@@ -26,6 +26,7 @@ from rsi_common.math import (
     completed_status,
     upper_lower,
 )
+from rsi_common.replay import ReplayResult
 
 __all__ = [
     "Assembled",
@@ -35,7 +36,6 @@ __all__ = [
     "bound_total",
     "plan_candidate",
     "plan_incumbent",
-    "recorded_result",
     "score",
 ]
 
@@ -77,26 +77,6 @@ class TrialSlot:
         )
 
 
-def recorded_result(world_id: str, outcome: Mapping[str, Any]) -> dict[str, Any]:
-    """ReplayResult JSON of the recorded turn used as an on-policy trial (SPEC §3.6.1)."""
-    return {
-        "world_id": world_id,
-        "source": "recorded",
-        "answer": str(outcome.get("final_text") or ""),
-        "status": str(outcome.get("status") or "completed"),
-        "termination_reason": str(outcome.get("termination_reason") or ""),
-        "policy_tokens": int(outcome.get("policy_tokens") or 0),
-        "steps": int(outcome.get("steps") or 0),
-        "params_read": [],
-        "off_support": 0,
-        "off_support_calls": [],
-        "answered": 0,
-        "transcript": list(outcome.get("transcript") or []),
-        "error": "",
-        "seconds": 0.0,
-    }
-
-
 def plan_incumbent(
     worlds: Sequence[Any],
     inc_version: str,
@@ -117,7 +97,8 @@ def plan_incumbent(
     for w in worlds:
         reuse: list[tuple[Source, Mapping[str, Any]]] = []
         if w.harness_version == inc_version and w.model == policy_model and w.answer.strip():
-            reuse.append(("recorded", recorded_result(w.id, w.data.get("outcome") or {})))
+            recorded = w.turn() if hasattr(w, "turn") else w  # a lazy PoolWorld or a TurnWorld
+            reuse.append(("recorded", ReplayResult.from_recorded(recorded).to_json()))
         reuse.extend(("cached", dict(r)) for r in cached.get(w.id, []))
         reuse = reuse[:k]
         for j in range(k):

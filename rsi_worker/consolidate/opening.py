@@ -72,13 +72,11 @@ def _policy(worlds: Sequence[PoolWorld], latest: PoolWorld | None, deps: Deps) -
     return deps.settings.default_provider, deps.settings.default_model
 
 
-def _final(
-    ctx: RoundContext, status: Status, reason: str, state: ConsolidationState | None, t0: float, **kw: object
-) -> Next:
+def _final(ctx: RoundContext, status: Status, reason: str, t0: float) -> Next:
+    """A result without a round; the state it saves is built by ``finalize`` from the stored one."""
     result = ConsolidationResult(
         status=status,
         reason=reason,
-        state=state.to_json() if state is not None else None,
         start_version=ctx.start_version,
         version=ctx.start_version,
         signals=dict(ctx.signals_read),
@@ -86,8 +84,6 @@ def _final(
         usage=ctx.usage,
         run_id=ctx.run_id,
     )
-    for k, v in kw.items():
-        setattr(result, k, v)
     return Next("final", ctx, result=result)
 
 
@@ -153,7 +149,7 @@ def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
         renew_or_stop(deps, ctx)
         agent = get_agent(session, lease.agent)
         if agent.frozen:
-            return _final(ctx, "skipped", "agent is frozen", None, t0)
+            return _final(ctx, "skipped", "agent is frozen", t0)
         state = ConsolidationState.from_json(agent.state)
         ctx.t = state.t
         pool = WorldPool(session, load_latest_heads(session, lease.agent, params.world_pool))
@@ -163,7 +159,7 @@ def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
         ctx.latest = latest.id if latest else None
         ctx.provider, ctx.model = _policy(worlds, latest, deps)
         if not worlds:
-            return _final(ctx, "recorded", "no worlds", state, t0)
+            return _final(ctx, "recorded", "no worlds", t0)
         # the incumbent's version is its stored id (H0's when none); its payload is read and
         # tamper-checked only where it is replayed
         ctx.inc_version = run.start_version or H0_VERSION
@@ -192,7 +188,7 @@ def _decide(
               for w in worlds if w.replayable}
     scored = [w for w in worlds if w.replayable and checks.get(w.id)]
     if not scored:
-        return _final(ctx, "recorded", "no turn has a signal to learn from yet", state, t0)
+        return _final(ctx, "recorded", "no turn has a signal to learn from yet", t0)
     fresh_scored = [w for w in scored if w.id in fresh]
     if not any(negative(w.signals) for w in fresh_scored):
         reason = (
@@ -200,7 +196,7 @@ def _decide(
             if not fresh_scored
             else "new signals only confirm the current answers"
         )
-        return _final(ctx, "recorded", reason, state, t0)
+        return _final(ctx, "recorded", reason, t0)
     chosen = select_worlds(scored, fresh, params.n_eval)
     ctx.worlds = [w.id for w in chosen]
     ctx.fresh = sorted(fresh & set(ctx.worlds))

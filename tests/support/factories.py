@@ -12,6 +12,7 @@ from typing import Any
 import redis
 
 from rsi_common.config import Settings
+from rsi_common.dispatch import redis_py_url
 from rsi_common.llm import ModelClient, ModelRequest, ModelResponse
 from rsi_worker.consolidate import ModelFactory
 from tests.support.pipeline import MarkerPolicy, ScriptedProposer, done_action, edit_action, models_with
@@ -37,7 +38,7 @@ class CountingMarkerPolicy(MarkerPolicy):
 
 def hopeless(settings: Settings) -> ModelFactory:
     """Variant B always proposes a harness the policy model cannot work with."""
-    client = redis.Redis.from_url(settings.redis_url.replace("redis+socket://", "unix://")) \
+    client = redis.Redis.from_url(redis_py_url(settings.redis_url)) \
         if settings.redis_url else None
 
     def policy(c: Any) -> Any:
