@@ -4,6 +4,11 @@ An address names one editable thing of a manifest: ``<component_id>.params.<k1>[
 ``<component_id>.files.<relative path>``; tagging (§6.3) also uses ``<id>``, ``<id>.enabled`` and
 ``manifest.<field>``. Params with a ``.`` inside a key cannot be told apart from nesting; such keys are
 addressed by their dotted path as is (project decision: they are legal but ambiguous).
+
+:func:`address_values` flattens a harness into *every* address it has, with the value each one
+holds; the exact set of addresses a candidate changes is the difference of two such maps
+(``rsi_common.harness.tagging.changed_addresses``), and every lock pattern is checked against that
+one set (docs/security/gate.md, "Locks").
 """
 
 from __future__ import annotations
@@ -15,21 +20,28 @@ from typing import Any, Literal, NamedTuple
 
 from rsi_common.errors import LockedFieldError, ManifestError
 from rsi_common.harness.manifest import Manifest, load_manifest
+from rsi_common.harness.version import canonical_json
 
 __all__ = [
+    "ORDER_ADDRESS",
     "PLATFORM_FIELDS",
     "Address",
+    "address_values",
     "addresses_for",
+    "changed_between",
     "editable_addresses",
     "is_locked",
-    "locked_leaves",
+    "param_items",
     "param_leaves",
     "parse_address",
+    "reordered",
     "with_param",
 ]
 
 PLATFORM_FIELDS: tuple[str, ...] = ("locked", "enabled_kinds", "exploration_policy")
 """Manifest fields no candidate may ever change (SPEC §6.3, ARCHITECTURE invariant 8)."""
+ORDER_ADDRESS = "manifest.order"
+"""The address of the components' relative order."""
 
 
 class Address(NamedTuple):
@@ -64,17 +76,72 @@ def parse_address(addr: str) -> Address:
     return Address(addr[:i], "params" if section == "params" else "files", rest)
 
 
-def param_leaves(params: Mapping[str, Any], prefix: str) -> Iterator[str]:
-    """Addresses of the leaves of ``params`` under ``prefix`` (``"<id>.params"``).
+def param_items(params: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
+    """``(address, value)`` of every leaf of ``params`` under ``prefix`` (``"<id>.params"``).
 
     Non-empty dicts are walked; empty dicts, lists and scalars are leaves. Keys in insertion order.
+    The walk uses an explicit stack (no recursion, whatever the nesting).
     """
-    for key, value in params.items():
-        path = f"{prefix}.{key}"
-        if isinstance(value, Mapping) and value:
-            yield from param_leaves(value, path)
+    stack: list[tuple[str, Iterator[tuple[str, Any]]]] = [(prefix, iter(params.items()))]
+    while stack:
+        path, items = stack[-1]
+        for key, value in items:
+            addr = f"{path}.{key}"
+            if isinstance(value, Mapping) and value:
+                stack.append((addr, iter(value.items())))
+                break
+            yield addr, value
         else:
-            yield path
+            stack.pop()
+
+
+def param_leaves(params: Mapping[str, Any], prefix: str) -> Iterator[str]:
+    """Addresses of the leaves of ``params`` under ``prefix`` (:func:`param_items` without values)."""
+    return (addr for addr, _ in param_items(params, prefix))
+
+
+def address_values(manifest: Manifest, files: Mapping[str, str]) -> dict[str, Any]:
+    """Every address of a harness with the value it holds (module docstring).
+
+    Addresses: ``manifest.name``, ``manifest.description``; per component ``<id>`` (its kind and
+    impl), ``<id>.enabled``, ``<id>.description``, every param leaf ``<id>.params.<path>`` and every
+    listed file ``<id>.files.<path>`` (its text; ``None`` when the file is missing). The platform
+    fields (:data:`PLATFORM_FIELDS`) and the component order are compared separately (tagging).
+    """
+    out: dict[str, Any] = {"manifest.name": manifest.name, "manifest.description": manifest.description}
+    for c in manifest.components:
+        out[c.id] = (c.kind, c.impl)
+        out[f"{c.id}.enabled"] = c.enabled
+        out[f"{c.id}.description"] = c.description
+        for addr, value in param_items(c.params, f"{c.id}.params"):
+            out[addr] = value
+        for p in c.files:
+            out[f"{c.id}.files.{p}"] = files.get(p)
+    return out
+
+
+def _same(x: Any, y: Any) -> bool:
+    return type(x) is type(y) and canonical_json(x) == canonical_json(y)
+
+
+def reordered(inc: Manifest, cand: Manifest) -> bool:
+    """The components present in both manifests are in a different relative order."""
+    cand_ids = {c.id for c in cand.components}
+    inc_ids = {c.id for c in inc.components}
+    return ([c.id for c in inc.components if c.id in cand_ids]
+            != [c.id for c in cand.components if c.id in inc_ids])
+
+
+def changed_between(inc: Manifest, inc_files: Mapping[str, str], cand: Manifest,
+                    cand_files: Mapping[str, str]) -> list[str]:
+    """The exact set of addresses ``cand`` changes against ``inc``, sorted: every address whose value
+    differs between the two :func:`address_values` maps (present on one side only counts), plus
+    :data:`ORDER_ADDRESS` when :func:`reordered`."""
+    a, b = address_values(inc, inc_files), address_values(cand, cand_files)
+    out = {k for k in a.keys() | b.keys() if k not in a or k not in b or not _same(a[k], b[k])}
+    if reordered(inc, cand):
+        out.add(ORDER_ADDRESS)
+    return sorted(out)
 
 
 def addresses_for(manifest: Manifest) -> list[str]:
@@ -90,18 +157,6 @@ def addresses_for(manifest: Manifest) -> list[str]:
 def is_locked(addr: str, patterns: Sequence[str]) -> bool:
     """``fnmatchcase(addr, p) or fnmatchcase(addr, p + ".*")`` for some pattern p (case-sensitive)."""
     return any(fnmatchcase(addr, p) or fnmatchcase(addr, p + ".*") for p in patterns)
-
-
-def locked_leaves(addr: str, values: Sequence[Any], patterns: Sequence[str]) -> list[str]:
-    """``addr`` and the leaf addresses under it in any of ``values`` (dicts are walked) that are locked.
-
-    Used so that replacing a whole sub-object cannot smuggle in a change below a locked address.
-    """
-    hits = [addr] if is_locked(addr, patterns) else []
-    for v in values:
-        if isinstance(v, Mapping):
-            hits.extend(a for a in param_leaves(v, addr) if is_locked(a, patterns) and a not in hits)
-    return hits
 
 
 def editable_addresses(manifest: Manifest) -> list[str]:
@@ -133,13 +188,13 @@ def with_param(manifest: Manifest, addr: str, value: Any) -> Manifest:
         if not isinstance(nxt, dict):
             raise ManifestError(f"{addr!r}: {key!r} holds a {type(nxt).__name__}, not an object")
         node = nxt
-    old = node.get(parsed.keys[-1])
-    locked = locked_leaves(addr, [old, value], manifest.locked)
-    if locked:
-        raise LockedFieldError(f"locked address(es) cannot be changed: {', '.join(locked)}")
     node[parsed.keys[-1]] = copy.deepcopy(value)
     obj = manifest.to_json()
     for c in obj["components"]:
         if c["id"] == spec.id:
             c["params"] = params
-    return load_manifest(obj)
+    new = load_manifest(obj)
+    locked = [a for a in changed_between(manifest, {}, new, {}) if is_locked(a, manifest.locked)]
+    if locked:
+        raise LockedFieldError(f"locked address(es) cannot be changed: {', '.join(locked)}")
+    return new

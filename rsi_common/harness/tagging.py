@@ -3,7 +3,15 @@
 Evidence comes from what the manifests say changed, not from prose. Touch order (which fixes
 ``address_diff``): components of the candidate in manifest order (within one: add/remove, enable
 toggle, params in the incumbent's key order then new keys, files in list order, removed files), then
-components only in the incumbent (their order), then ``manifest.name`` and ``manifest.description``.
+components only in the incumbent (their order), then ``manifest.name`` and ``manifest.description``,
+then ``manifest.order`` when the components present on both sides changed their relative order.
+
+**Locks (one function).** :func:`changed_addresses` is the exact set of addresses a candidate
+changes: the addresses whose value differs between the two :func:`~rsi_common.harness.addresses.
+address_values` maps (manifest fields, each component's kind/impl, ``enabled`` and description,
+param leaves, listed files added, changed and removed) plus ``manifest.order``. Every one of them is
+checked against every lock pattern of the incumbent; a locked one is a violation ``locked address
+<a> changed`` (docs/security/gate.md, "Locks").
 
 Decisions where §6.3 is silent:
 
@@ -23,19 +31,20 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from rsi_common.harness.addresses import is_locked, locked_leaves, param_leaves
+from rsi_common.harness.addresses import ORDER_ADDRESS, changed_between, is_locked, reordered
 from rsi_common.harness.diff import split_workspace
 from rsi_common.harness.manifest import ComponentSpec, Manifest, load_manifest
 from rsi_common.harness.payload import Harness
 from rsi_common.harness.version import canonical_json
 from rsi_common.kinds import in_kind_order
 
-__all__ = ["Op", "Touch", "TouchSet", "Tree", "covers", "normalize_edits", "touched"]
+__all__ = ["Op", "Touch", "TouchSet", "Tree", "changed_addresses", "covers", "normalize_edits", "touched"]
 
 Op = Literal[
     "add_component", "remove_component", "enable", "disable", "set", "add_file", "edit_file",
-    "remove_file", "meta",
+    "remove_file", "meta", "reorder",
 ]
+
 Tree = Harness | Mapping[str, str]
 """A harness, or a workspace (path → text with ``manifest.json``)."""
 
@@ -58,6 +67,8 @@ class TouchSet:
     """Readable reasons: a locked address, a platform field changed, a listed file missing."""
     orphans: tuple[str, ...]
     """Sorted workspace files, new or changed, that nothing references."""
+    changed: tuple[str, ...] = ()
+    """The exact set of changed addresses (:func:`changed_addresses`), sorted."""
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -116,37 +127,26 @@ def _param_diff(a: Mapping[str, Any], b: Mapping[str, Any], path: str) -> Iterat
 
 
 class _Builder:
-    def __init__(self, locked: Sequence[str]) -> None:
-        self.locked = locked
+    def __init__(self) -> None:
         self.touches: list[Touch] = []
-        self.violations: list[str] = []
 
     def touch(self, address: str, spec: ComponentSpec | None, op: Op) -> None:
         self.touches.append(Touch(address, spec.id if spec else None, spec.kind if spec else None, op))
-
-    def locked_component(self, spec: ComponentSpec, what: str) -> None:
-        for leaf in param_leaves(spec.params, f"{spec.id}.params"):
-            if is_locked(leaf, self.locked):
-                self.violations.append(f"locked address {leaf} ({what} component)")
 
     def added(self, spec: ComponentSpec) -> None:
         self.touch(spec.id, spec, "add_component")
         for p in spec.files:
             self.touch(f"{spec.id}.files.{p}", spec, "add_file")
-        self.locked_component(spec, "added")
 
     def removed(self, spec: ComponentSpec) -> None:
         self.touch(spec.id, spec, "remove_component")
-        self.locked_component(spec, "removed")
 
     def changed(self, old: ComponentSpec, new: ComponentSpec, old_files: Mapping[str, str],
                 new_files: Mapping[str, str]) -> None:
         if old.enabled != new.enabled:
             self.touch(f"{new.id}.enabled", new, "enable" if new.enabled else "disable")
-        for addr, x, y in _param_diff(old.params, new.params, f"{new.id}.params"):
+        for addr, _x, _y in _param_diff(old.params, new.params, f"{new.id}.params"):
             self.touch(addr, new, "set")
-            for leaf in locked_leaves(addr, [x, y], self.locked):
-                self.violations.append(f"locked address {leaf} changed")
         for p in new.files:
             if p not in old.files:
                 self.touch(f"{new.id}.files.{p}", new, "add_file")
@@ -155,6 +155,17 @@ class _Builder:
         for p in old.files:
             if p not in new.files:
                 self.touch(f"{new.id}.files.{p}", new, "remove_file")
+
+
+def changed_addresses(inc: Tree, cand: Tree) -> list[str]:
+    """The exact set of addresses ``cand`` changes against ``inc``, sorted (module docstring).
+
+    Raises:
+        ManifestError: a side's manifest is missing, not JSON, or breaks a rule of §5.1.
+    """
+    inc_m, inc_files = _side(inc)
+    cand_m, cand_files = _side(cand)
+    return changed_between(inc_m, inc_files, cand_m, cand_files)
 
 
 def touched(inc: Tree, cand: Tree) -> TouchSet:
@@ -169,7 +180,7 @@ def touched(inc: Tree, cand: Tree) -> TouchSet:
     """
     inc_m, inc_files = _side(inc)
     cand_m, cand_files = _side(cand)
-    b = _Builder(inc_m.locked)
+    b = _Builder()
     inc_by_id = {c.id: c for c in inc_m.components}
     for new in cand_m.components:
         old = inc_by_id.get(new.id)
@@ -187,16 +198,20 @@ def touched(inc: Tree, cand: Tree) -> TouchSet:
     for field in ("name", "description"):
         if getattr(inc_m, field) != getattr(cand_m, field):
             b.touch(f"manifest.{field}", None, "meta")
-    b.violations.extend(_platform_violations(inc_m, cand_m, inc_files, cand_files))
+    if reordered(inc_m, cand_m):
+        b.touch(ORDER_ADDRESS, None, "reorder")
+    changed = changed_between(inc_m, inc_files, cand_m, cand_files)
+    violations = [f"locked address {a} changed" for a in changed if is_locked(a, inc_m.locked)]
+    violations.extend(_platform_violations(inc_m, cand_m, inc_files, cand_files))
     for c in cand_m.components:
-        b.violations.extend(f"missing file {p} (listed by {c.id})" for p in c.files if p not in cand_files)
+        violations.extend(f"missing file {p} (listed by {c.id})" for p in c.files if p not in cand_files)
     policy_file = cand_m.policy_file()
     if policy_file is not None and policy_file not in cand_files:
-        b.violations.append(f"missing file {policy_file} (exploration_policy)")
+        violations.append(f"missing file {policy_file} (exploration_policy)")
     referenced = set(cand_m.referenced_files())
     orphans = sorted(p for p, t in cand_files.items()
                      if p not in referenced and inc_files.get(p) != t)
-    return TouchSet(tuple(b.touches), tuple(dict.fromkeys(b.violations)), tuple(orphans))
+    return TouchSet(tuple(b.touches), tuple(dict.fromkeys(violations)), tuple(orphans), tuple(changed))
 
 
 def _platform_violations(inc: Manifest, cand: Manifest, inc_files: Mapping[str, str],

@@ -131,9 +131,9 @@ def test_added_or_removed_component_with_a_locked_leaf() -> None:
     obj = with_skill()
     comp(obj, "skills.library")["params"] = {"model": "gpt-x"}
     ts = touched(h0(), ws_from(obj, {SKILL_PATH: SKILL_TEXT}))
-    assert ts.violations == ("locked address skills.library.params.model (added component)",)
+    assert ts.violations == ("locked address skills.library.params.model changed",)
     ts = touched(build_harness(obj, {SKILL_PATH: SKILL_TEXT}), workspace_of(h0()))
-    assert ts.violations == ("locked address skills.library.params.model (removed component)",)
+    assert ts.violations == ("locked address skills.library.params.model changed",)
 
 
 @pytest.mark.parametrize(
