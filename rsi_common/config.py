@@ -15,6 +15,7 @@ the environment is read when :class:`Settings` is constructed.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -84,6 +85,20 @@ class RoleModels(_Frozen):
     critic: RoleModel = RoleModel()
 
 
+DEFAULT_CEILINGS: dict[str, float] = {
+    "control_flow.turn_budget_soft": 1_000_000,
+    "control_flow.turn_budget_hard": 3_000_000,
+    "control_flow.repeat_stop_after": 10,
+    "client_tool.max_concurrency": 16,
+    "context_mgmt.prune_over_tokens": 200_000,
+    "context_mgmt.retrieval_timeout_s": 30,
+    "context_mgmt.proactive_ratio": 0.95,
+    "context_mgmt.target_ratio": 0.9,
+}
+"""The gate's default ceilings: ``"<kind>.<param>"`` → the highest value a candidate may set
+(docs/security/gate.md, "Privileges")."""
+
+
 class ConsolidationParams(_Frozen):
     """Defaults for turn consolidation (SPEC §1.4)."""
 
@@ -139,6 +154,9 @@ class ConsolidationParams(_Frozen):
     """Implicit-signal pairs read per run."""
     world_pool: int = Field(60, ge=1)
     """Latest worlds read per run."""
+    ceilings: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_CEILINGS))
+    """Gate ceilings as JSON: ``{"<kind>.<param>": ceiling}``; a candidate may not raise a listed
+    param above it (docs/security/gate.md)."""
 
     def rrsi(self) -> RRSIParams:
         """The RRSI parameters of consolidation (SPEC §1.4): the same ``T, k, m, b_min, b_max, w,
@@ -266,6 +284,8 @@ class Settings(BaseSettings):
         def text(value: Any) -> str:
             if isinstance(value, SecretStr):
                 return value.get_secret_value()
+            if isinstance(value, (dict, list)):
+                return json.dumps(value)
             if isinstance(value, bool):
                 return "true" if value else "false"
             return str(value)
@@ -303,6 +323,8 @@ def settings_reference() -> list[tuple[str, str, str]]:
         value = info.get_default(call_default_factory=True)
         if isinstance(value, BaseModel):
             return ""
+        if isinstance(value, dict):
+            return "see the docs" if value else "{}"
         return "" if value is None else str(value)
 
     for name, info in Settings.model_fields.items():

@@ -19,7 +19,7 @@ from fnmatch import fnmatchcase
 from typing import Any, Literal, NamedTuple
 
 from rsi_common.errors import LockedFieldError, ManifestError
-from rsi_common.harness.manifest import Manifest, load_manifest
+from rsi_common.harness.manifest import ComponentSpec, Manifest, load_manifest
 from rsi_common.harness.version import canonical_json
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "address_values",
     "addresses_for",
     "changed_between",
+    "component_values",
     "editable_addresses",
     "is_locked",
     "param_items",
@@ -110,13 +111,16 @@ def address_values(manifest: Manifest, files: Mapping[str, str]) -> dict[str, An
     """
     out: dict[str, Any] = {"manifest.name": manifest.name, "manifest.description": manifest.description}
     for c in manifest.components:
-        out[c.id] = (c.kind, c.impl)
-        out[f"{c.id}.enabled"] = c.enabled
-        out[f"{c.id}.description"] = c.description
-        for addr, value in param_items(c.params, f"{c.id}.params"):
-            out[addr] = value
-        for p in c.files:
-            out[f"{c.id}.files.{p}"] = files.get(p)
+        out.update(component_values(c, files))
+    return out
+
+
+def component_values(c: ComponentSpec, files: Mapping[str, str]) -> dict[str, Any]:
+    """The addresses of one component with their values (see :func:`address_values`)."""
+    out: dict[str, Any] = {c.id: (c.kind, c.impl), f"{c.id}.enabled": c.enabled,
+                           f"{c.id}.description": c.description}
+    out.update(param_items(c.params, f"{c.id}.params"))
+    out.update((f"{c.id}.files.{p}", files.get(p)) for p in c.files)
     return out
 
 

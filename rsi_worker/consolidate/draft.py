@@ -6,10 +6,12 @@ one variant. It never raises: every failure ends as a gate on the returned :clas
 1. The workspace is a copy of the incumbent (``workspace_of``: ``manifest.json`` + referenced files).
 2. **Propose** (``rsi_worker.roles.proposer``). Status ≠ ``done`` or no successful file change → gate
    ``no_proposal`` (detail = the proposal's reason, or its status).
-3. **Critic loop**, attempt = 0..``repair_rounds``: review the diff against the incumbent
-   (``rsi_worker.roles.critic.review`` with ``critic_patterns(worlds)`` and the recent user messages).
-   An accepted verdict is turned into a reject when the touch set against the incumbent cannot be
-   computed or has a violation (``"manifest error: …"``), or when the variant holds a reserved slot,
+3. **Critic loop**, attempt = 0..``repair_rounds``: first the gate's deterministic screen
+   (``rsi_worker.gate.screen``: manifest and locks, privileges, the pattern precheck with
+   ``critic_patterns(worlds)``, untrusted text — docs/security/gate.md); a rejection there ends the
+   attempt without a model call (review stage ``manifest``, ``privilege``, ``precheck`` or
+   ``untrusted``). Then the model review (``rsi_worker.roles.critic.model_review`` with the recent
+   user messages). An accepted verdict is turned into a reject when the variant holds a reserved slot,
    ``untried ≠ ∅`` and no *normalised* edit lands on an untried kind
    (:data:`RESERVED_REASON`). Accepted, or the last attempt → leave; else re-run the proposer in repair
    mode on the same workspace with ``{reasons, risk_notes, your_declared_edits}``; a repair run whose
@@ -52,9 +54,11 @@ from rsi_common.kinds import K_ENABLED_PRODUCTION
 from rsi_common.llm import ModelClient, ModelRequest, ModelResponse
 from rsi_common.math import Exploration, PruneTarget
 from rsi_common.world import TurnWorld
+from rsi_worker.gate import GateRound, build_round, screen
 from rsi_worker.roles.analyst import View
-from rsi_worker.roles.critic import Review, critic_patterns, recent_user_messages, review
+from rsi_worker.roles.critic import Review, critic_patterns, model_review, recent_user_messages
 from rsi_worker.roles.proposer import Proposal, ProposerSetup, propose, proposer_system, proposer_user
+from rsi_worker.roles.proposer_context import cacheable_prefix
 
 __all__ = ["CONTEXT_SCHEMA", "DETAIL_CHARS", "RESERVED_REASON", "Draft", "DraftContext", "draft_candidate"]
 
@@ -242,34 +246,43 @@ class _Drafter:
         return propose(self.proposer, self.ws, self.setup, system=self.system, user=user,
                        repair=repair is not None)
 
-    def post_checks(self, edits: Sequence[Mapping[str, Any]]) -> Review | None:
-        """The checks that turn an accepted verdict into a reject (step 3), or None."""
-        try:
-            ts = touched(self.ctx.incumbent, self.ws)
-        except ManifestError as exc:
-            return Review("reject", [f"manifest error: {exc}"], stage="manifest")
-        if ts.violations:
-            return Review("reject", [f"manifest error: {'; '.join(ts.violations)}"], stage="manifest")
+    def gate_round(self) -> GateRound:
+        """The deterministic screen's view of this round (built once per draft)."""
+        ctx = self.ctx
+        return build_round(ctx.incumbent, ctx.worlds, views=ctx.views, analysis=ctx.analysis,
+                           patterns=critic_patterns(ctx.worlds), ceilings=ctx.params.ceilings,
+                           trusted=[cacheable_prefix()])
+
+    def reserved_check(self, edits: Sequence[Mapping[str, Any]]) -> Review | None:
+        """The reserved-slot rule that turns an accepted verdict into a reject (step 3), or None."""
         untried = set(self.ctx.exploration.untried)
-        if self.reserved_slot and untried:
-            kinds = {str(e.get("component")) for e in normalize_edits(edits, ts)}
-            if not kinds & untried:
-                return Review("reject", [RESERVED_REASON], stage="reserved")
-        return None
+        if not (self.reserved_slot and untried):
+            return None
+        ts = touched(self.ctx.incumbent, self.ws)
+        kinds = {str(e.get("component")) for e in normalize_edits(edits, ts)}
+        return None if kinds & untried else Review("reject", [RESERVED_REASON], stage="reserved")
+
+    def check(self, gate: GateRound, current: Proposal, users: Sequence[str]) -> Review:
+        """One attempt of step 3: the screen, then the model, then the reserved-slot rule."""
+        screened = screen(gate, self.ws)
+        if screened is not None:
+            return Review("reject", screened.reasons, stage=screened.stage)
+        diff = diff_trees(self.base, self.ws)
+        verdict = model_review(self.critic, diff, current.mechanism, current.targets_mode, current.edits,
+                               user_messages=users)
+        if verdict.accepted:
+            verdict = self.reserved_check(current.edits) or verdict
+        return verdict
 
     def critic_loop(self, proposal: Proposal) -> tuple[Review, Proposal]:
-        """Step 3: review, post-check and repair; returns the last verdict and the last proposal."""
-        patterns = critic_patterns(self.ctx.worlds)
+        """Step 3: screen, review, post-check and repair; returns the last verdict and proposal."""
+        gate = self.gate_round()
         users = recent_user_messages(self.ctx.worlds)
         current = proposal
         rounds = self.ctx.params.repair_rounds
         verdict = Review("reject", ["not reviewed"])
         for attempt in range(rounds + 1):
-            diff = diff_trees(self.base, self.ws)
-            verdict = review(self.critic, diff, current.mechanism, current.targets_mode, current.edits,
-                             patterns=patterns, user_messages=users)
-            if verdict.accepted:
-                verdict = self.post_checks(current.edits) or verdict
+            verdict = self.check(gate, current, users)
             if verdict.accepted or attempt == rounds:
                 break
             repair = {"reasons": verdict.reasons, "risk_notes": verdict.risk_notes,

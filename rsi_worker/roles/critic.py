@@ -17,8 +17,9 @@ unparseable reply is answered with a request for one JSON object; a model error 
 attempt), then reject ``"critic output unparseable after 3 attempts: <last error>"``.
 
 **Project decision — ``RECENT USER MESSAGES``.** The payload also lists what users actually wrote in
-the loaded worlds — each world's request and the next message of its conversation (the implicit
-signal's evidence, or the request of the next loaded world of the same conversation) — newest first,
+the loaded worlds — each world's request, the next message of its conversation (the implicit
+signal's evidence, or the request of the next loaded world of the same conversation) and its explicit
+signals (comment, issue, expected answer, criteria) — newest first,
 de-duplicated, one per line as ``- "<text>"`` with whitespace collapsed, each clipped to
 :data:`USER_MESSAGE_CHARS`, at most :data:`USER_MESSAGES` lines. The reviewer can then recognise
 quoted user text (rule 1) that no fixed pattern catches.
@@ -46,6 +47,7 @@ __all__ = [
     "added_content",
     "critic_patterns",
     "critic_user_prompt",
+    "model_review",
     "precheck",
     "recent_user_messages",
     "review",
@@ -236,9 +238,14 @@ def recent_user_messages(worlds: Sequence[Any], limit: int = USER_MESSAGES,
     out: list[str] = []
     for w in ordered:
         texts = [str(getattr(w, "request", "") or "")]
-        implicit = (getattr(w, "signals", None) or {}).get("implicit")
+        signals = getattr(w, "signals", None) or {}
+        implicit = signals.get("implicit")
         if isinstance(implicit, Mapping) and implicit.get("evidence"):
             texts.append(str(implicit["evidence"]))
+        for key in ("comment", "issue", "expected"):
+            if isinstance(signals.get(key), str):
+                texts.append(signals[key])
+        texts.extend(c for c in signals.get("criteria") or () if isinstance(c, str))
         later = [x for x in by_conv.get(str(getattr(w, "interaction_id", "") or ""), []) if x.seq > w.seq]
         if later:
             texts.append(str(min(later, key=lambda x: x.seq).request))
@@ -286,7 +293,7 @@ def _verdict(reply: str) -> tuple[Review | None, str]:
 def review(client: ModelClient, diff: str, mechanism: str, targets_mode: str,
            edits: Sequence[Mapping[str, Any]], *, patterns: Sequence[Pattern] = (),
            user_messages: Sequence[str] = (), brief: str = CRITIC_SYSTEM, max_tokens: int = 2048) -> Review:
-    """Review one candidate: precheck, then (if it passed) the model.
+    """Review one candidate: precheck, then (if it passed) the model (:func:`model_review`).
 
     Args:
         client: the critic role's client (not called when the precheck rejects).
@@ -303,6 +310,15 @@ def review(client: ModelClient, diff: str, mechanism: str, targets_mode: str,
     reasons = precheck(diff, patterns)
     if reasons:
         return Review("reject", reasons, [], stage="precheck")
+    return model_review(client, diff, mechanism, targets_mode, edits, user_messages=user_messages,
+                        brief=brief, max_tokens=max_tokens)
+
+
+def model_review(client: ModelClient, diff: str, mechanism: str, targets_mode: str,
+                 edits: Sequence[Mapping[str, Any]], *, user_messages: Sequence[str] = (),
+                 brief: str = CRITIC_SYSTEM, max_tokens: int = 2048) -> Review:
+    """Stage 2 alone: the model's verdict (up to :data:`ATTEMPTS` attempts); never raises for model
+    errors. Callers run the deterministic checks first (``rsi_worker.gate.screen``)."""
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": critic_user_prompt(diff, mechanism, targets_mode, edits, user_messages)}]
     error = ""

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rsi_common.config import Settings, SimConfig
+from rsi_common.config import ConsolidationParams, Settings, SimConfig
 from rsi_common.db import rollback_to
 from rsi_common.harness import H0_VERSION
 from rsi_common.llm import make_client
@@ -98,7 +98,10 @@ def test_no_worlds_and_first_turn_are_recorded(stack: Stack) -> None:
 
 
 def leaky_stack(tmp_path: Path, **models: Any) -> Stack:
-    settings = Settings(database_url=f"sqlite:///{tmp_path / 'rsi.db'}", model_backoff_s=0)
+    """No repair round: a leaky draft stays rejected (with repairs the sim proposer drops the pasted
+    text the gate quoted and the draft goes on; tests/adversarial/test_user_text.py covers that)."""
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'rsi.db'}", model_backoff_s=0,
+                        consolidation=ConsolidationParams(repair_rounds=0))
     return Stack(settings, models=models_with(settings, **models))
 
 

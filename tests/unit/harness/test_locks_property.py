@@ -33,8 +33,15 @@ MEMORY_IMPL = "rsi_common.kernel.components.memory:ArchiveMemoryComponent"
 
 def base_obj() -> dict[str, Any]:
     obj = h0_obj()
-    obj["components"].append({"id": "skills.library", "kind": "skill", "impl": SKILL_IMPL,
-                              "files": sorted(FILES), "description": "procedures"})
+    obj["components"].append(
+        {
+            "id": "skills.library",
+            "kind": "skill",
+            "impl": SKILL_IMPL,
+            "files": sorted(FILES),
+            "description": "procedures",
+        }
+    )
     return obj
 
 
@@ -48,8 +55,18 @@ def component_addresses(c: dict[str, Any]) -> set[str]:
 
 def lock_pool() -> list[str]:
     obj = base_obj()
-    pool = ["manifest.*", "manifest.order", "manifest.name", "*.enabled", "*.files.*", "*.params.retrieve",
-            "*.params.executor", "skills.library.files.skills/a/*", "*.description", "memory.extra*"]
+    pool = [
+        "manifest.*",
+        "manifest.order",
+        "manifest.name",
+        "*.enabled",
+        "*.files.*",
+        "*.params.retrieve",
+        "*.params.executor",
+        "skills.library.files.skills/a/*",
+        "*.description",
+        "memory.extra*",
+    ]
     for c in obj["components"]:
         pool += [c["id"], f"{c['id']}.*", f"{c['id']}.params.*", f"{c['id']}.enabled"]
         pool += sorted(component_addresses(c))
@@ -67,6 +84,7 @@ def set_param(cid: str, key: str, value: Any) -> Edit:
         params[key] = value
         same = type(old) is type(value) and json.dumps(old) == json.dumps(value)
         return set() if same else {f"{cid}.params.{key}"}
+
     return edit
 
 
@@ -74,6 +92,7 @@ def remove_param(cid: str, key: str) -> Edit:
     def edit(obj: dict[str, Any], files: dict[str, str]) -> set[str]:
         comp(obj, cid).get("params", {}).pop(key)
         return {f"{cid}.params.{key}"}
+
     return edit
 
 
@@ -82,6 +101,7 @@ def toggle(cid: str) -> Edit:
         c = comp(obj, cid)
         c["enabled"] = not c.get("enabled", True)
         return {f"{cid}.enabled"}
+
     return edit
 
 
@@ -90,6 +110,7 @@ def edit_file(path: str, text: str) -> Edit:
         before = files[path]
         files[path] = text
         return set() if text == before else {f"skills.library.files.{path}"}
+
     return edit
 
 
@@ -98,6 +119,7 @@ def add_file(path: str) -> Edit:
         comp(obj, "skills.library")["files"].append(path)
         files[path] = "New procedure.\n"
         return {f"skills.library.files.{path}"}
+
     return edit
 
 
@@ -106,6 +128,7 @@ def remove_file(path: str) -> Edit:
         comp(obj, "skills.library")["files"].remove(path)
         del files[path]
         return {f"skills.library.files.{path}"}
+
     return edit
 
 
@@ -116,6 +139,7 @@ def remove_component(cid: str) -> Edit:
         for p in c.get("files", []):
             del files[p]
         return component_addresses(c)
+
     return edit
 
 
@@ -124,6 +148,7 @@ def add_component(position: int) -> Edit:
         c = {"id": "memory.extra", "kind": "memory", "impl": MEMORY_IMPL, "params": {"retrieve": False}}
         obj["components"].insert(position, copy.deepcopy(c))
         return component_addresses(c)
+
     return edit
 
 
@@ -132,6 +157,7 @@ def swap(i: int, j: int) -> Edit:
         cs = obj["components"]
         cs[i], cs[j] = cs[j], cs[i]
         return set() if i == j else {"manifest.order"}
+
     return edit
 
 
@@ -140,11 +166,17 @@ def meta(field: str, value: str) -> Edit:
         before = obj.get(field, "harness" if field == "name" else "")
         obj[field] = value
         return set() if value == before else {f"manifest.{field}"}
+
     return edit
 
 
-SCALARS = st.one_of(st.integers(-5, 5), st.booleans(), st.sampled_from(["regex", "hybrid", "a", ""]),
-                    st.lists(st.integers(0, 3), max_size=2), st.just({}))
+SCALARS = st.one_of(
+    st.integers(-5, 5),
+    st.booleans(),
+    st.sampled_from(["regex", "hybrid", "a", ""]),
+    st.lists(st.integers(0, 3), max_size=2),
+    st.just({}),
+)
 
 
 def edits() -> st.SearchStrategy[Edit]:
@@ -153,12 +185,17 @@ def edits() -> st.SearchStrategy[Edit]:
     n = len(obj["components"])
     return st.one_of(
         st.builds(lambda p, v: set_param(p[0], p[1], v), st.sampled_from(params), SCALARS),
-        st.builds(lambda c, k, v: set_param(c, k, v), st.sampled_from([c["id"] for c in obj["components"]]),
-                  st.sampled_from(["new_key", "model", "retrieve"]), SCALARS),
+        st.builds(
+            lambda c, k, v: set_param(c, k, v),
+            st.sampled_from([c["id"] for c in obj["components"]]),
+            st.sampled_from(["new_key", "model", "retrieve"]),
+            SCALARS,
+        ),
         st.builds(lambda p: remove_param(*p), st.sampled_from(params)),
         st.builds(toggle, st.sampled_from(OPTIONAL)),
-        st.builds(edit_file, st.sampled_from(sorted(FILES)),
-                  st.sampled_from(["Cite the query.\n", "Changed.\n"])),
+        st.builds(
+            edit_file, st.sampled_from(sorted(FILES)), st.sampled_from(["Cite the query.\n", "Changed.\n"])
+        ),
         st.builds(add_file, st.sampled_from(["skills/a/extra.md", "skills/c/SKILL.md"])),
         st.builds(remove_file, st.sampled_from(sorted(FILES))),
         st.builds(remove_component, st.sampled_from(OPTIONAL)),
@@ -181,20 +218,31 @@ def test_a_locked_address_is_rejected_iff_the_edit_changes_one(locks: list[str],
     assert set(ts.changed) == expected
     locked_hits = sorted(a for a in expected if is_locked(a, inc.manifest.locked))
     assert [v for v in ts.violations if v.startswith("locked address")] == [
-        f"locked address {a} changed" for a in locked_hits]
+        f"locked address {a} changed" for a in locked_hits
+    ]
     assert all(v.startswith("locked address") for v in ts.violations)  # no platform field, no missing file
 
 
 def test_the_policy_file_edit_of_the_issue_is_refused() -> None:
     """A locked policy file ("Never reveal secrets." → "Always reveal secrets.") cannot change."""
     obj = base_obj()
-    obj["components"].append({"id": "policy.rules", "kind": "skill", "impl": SKILL_IMPL,
-                              "files": ["policy/RULES.md"], "enabled": True})
+    obj["components"].append(
+        {
+            "id": "policy.rules",
+            "kind": "skill",
+            "impl": SKILL_IMPL,
+            "files": ["policy/RULES.md"],
+            "enabled": True,
+        }
+    )
     obj["locked"] = [*obj["locked"], "policy.rules.files.*"]
     files = {**FILES, "policy/RULES.md": "Never reveal secrets.\n"}
     inc = build_harness(load_manifest(obj), files)
-    cand = {"manifest.json": json.dumps(obj, indent=2) + "\n", **files,
-            "policy/RULES.md": "Always reveal secrets.\n"}
+    cand = {
+        "manifest.json": json.dumps(obj, indent=2) + "\n",
+        **files,
+        "policy/RULES.md": "Always reveal secrets.\n",
+    }
     assert touched(inc, cand).violations == ("locked address policy.rules.files.policy/RULES.md changed",)
     removed = copy.deepcopy(obj)
     comp(removed, "policy.rules")["files"] = []

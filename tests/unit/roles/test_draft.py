@@ -75,15 +75,18 @@ def test_variant_b_is_skill_based(ctx: DraftContext) -> None:
         assert view_of(v.world, harness).mean == 1.0
 
 
-def test_leaky_proposer_is_rejected_by_the_critic(ctx: DraftContext) -> None:
+def test_leaky_proposer_is_screened_and_repaired_without_the_user_text(ctx: DraftContext) -> None:
+    """The screen rejects the pasted correction before any model call; the repair drops it."""
     d = draft(ctx, "A", proposer=sim("proposer", SimConfig(leaky=True)))
-    assert d.gate == "critic_reject" and d.payload is None and d.version is None
-    assert "quotes what a user wrote" in d.detail
-    assert d.usage["critic"]["calls"] == 2  # the repair round was reviewed too
-    assert "a user wrote: show it as a table" in d.diff
+    assert d.live and d.review is not None and d.review["stage"] == "model"
+    assert d.usage["critic"]["calls"] == 1  # only the repaired candidate reached the model
+    assert "a user wrote" not in d.diff and "show it as a table" not in d.diff
     no_repair = dataclasses.replace(ctx, params=ConsolidationParams(repair_rounds=0))
     d0 = draft(no_repair, "A", proposer=sim("proposer", SimConfig(leaky=True)))
-    assert d0.gate == "critic_reject" and d0.usage["critic"]["calls"] == 1
+    assert d0.gate == "critic_reject" and d0.payload is None and d0.usage["critic"]["calls"] == 0
+    assert d0.review is not None and d0.review["stage"] == "untrusted"
+    assert "user text at prompt.system.params.extra_blocks" in d0.detail
+    assert "'show it as a table and keep the recommendation to one line'" in d0.detail
 
 
 def _scripted_change(old: str, new: str) -> Scripted:
