@@ -154,6 +154,9 @@ class ConsolidationParams(_Frozen):
     """Implicit-signal pairs read per run."""
     world_pool: int = Field(60, ge=1)
     """Latest worlds read per run."""
+    max_instruction_chars: int = Field(4000, ge=0)
+    """Growth budget: characters of distinct instruction sentences a harness may hold; a candidate
+    above it that adds text is rejected (docs/security/gate.md)."""
     ceilings: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_CEILINGS))
     """Gate ceilings as JSON: ``{"<kind>.<param>": ceiling}``; a candidate may not raise a listed
     param above it (docs/security/gate.md)."""

@@ -5,6 +5,7 @@
   (``rsi_worker.roles.critic``);
 * :mod:`~rsi_worker.gate.untrusted` — what counts as untrusted text, shared spans, identifiers;
 * :mod:`~rsi_worker.gate.overrides` — instruction-override forms;
+* :mod:`~rsi_worker.gate.surface` — the effective surface: no-op, duplicate, growth budget;
 * :mod:`~rsi_worker.gate.privileges` — tool exposure, safety switches, locked components, ceilings;
 * :mod:`~rsi_worker.gate.added` — the text a candidate adds;
 * :mod:`~rsi_worker.gate.text` — normalisation (case, spacing, punctuation, invisible and look-alike
@@ -41,6 +42,7 @@ def build_round(
     patterns: Sequence[Any] = (),
     ceilings: Mapping[str, float] | None = None,
     trusted: Iterable[str] = (),
+    max_instruction_chars: int = 4000,
 ) -> GateRound:
     """The :class:`GateRound` of one round.
 
@@ -53,7 +55,8 @@ def build_round(
         patterns: the per-round precheck patterns (``roles.critic.critic_patterns``).
         ceilings: the configured ceilings (``ConsolidationParams.ceilings``).
         trusted: more trusted text (e.g. the constitution).
+        max_instruction_chars: the growth budget.
     """
     vocabulary = [*workspace_of(incumbent).values(), *_report_texts(analysis or {}), *trusted]
     index = UntrustedIndex(untrusted_texts(worlds, views), trusted=vocabulary)
-    return GateRound(incumbent, index, patterns, dict(ceilings or {}))
+    return GateRound(incumbent, index, patterns, dict(ceilings or {}), max_instruction_chars)

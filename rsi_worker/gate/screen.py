@@ -7,14 +7,16 @@ In order (the first failing stage names the rejection; its reasons are all repor
 1. ``manifest`` — the candidate loads, and its touch set has no violation: no locked address changed
    (params, files, toggles, components, order, name — one function,
    :func:`rsi_common.harness.touched`), no platform field changed, no listed file missing.
-2. ``privilege`` — :func:`~rsi_worker.gate.privileges.privilege_violations`.
-3. ``precheck`` — the pattern precheck over the diff's added lines (credentials, platform setting
+2. ``surface`` — not a no-op, no duplicated instruction, within the growth budget
+   (:mod:`~rsi_worker.gate.surface`); a no-op ends the screen at once.
+3. ``privilege`` — :func:`~rsi_worker.gate.privileges.privilege_violations`.
+4. ``precheck`` — the pattern precheck over the diff's added lines (credentials, platform setting
    names, evaluation artefacts, recorded world ids, expected-answer lines; ``roles.critic.precheck``).
-4. ``untrusted`` — over the added texts (:func:`~rsi_worker.gate.added.added_texts`): instruction
+5. ``untrusted`` — over the added texts (:func:`~rsi_worker.gate.added.added_texts`): instruction
    overrides (:mod:`~rsi_worker.gate.overrides`), spans shared with untrusted text and identifiers
    taken from it (:mod:`~rsi_worker.gate.untrusted`).
 
-Stages 2–4 all run, so one reply tells the proposer everything to repair. Reasons quote the offending
+Stages 2–5 all run, so one reply tells the proposer everything to repair. Reasons quote the offending
 added text (so a repair can find it) except identifiers, which are masked (a customer's number must
 not spread to run records).
 """
@@ -26,9 +28,10 @@ from dataclasses import dataclass, field
 
 from rsi_common.errors import ManifestError
 from rsi_common.harness import Harness, diff_trees, harness_from_workspace, touched, workspace_of
-from rsi_worker.gate.added import added_texts
+from rsi_worker.gate.added import Added, added_texts
 from rsi_worker.gate.overrides import override_forms
 from rsi_worker.gate.privileges import privilege_violations
+from rsi_worker.gate.surface import surface_reasons
 from rsi_worker.gate.untrusted import UntrustedIndex
 from rsi_worker.roles.critic import Pattern, precheck
 
@@ -39,7 +42,8 @@ SNIPPET_CHARS = 120
 
 @dataclass(frozen=True)
 class Screened:
-    """A rejection by the screen: ``stage`` is ``manifest``, ``privilege``, ``precheck`` or ``untrusted``."""
+    """A rejection by the screen: ``stage`` is ``manifest``, ``surface``, ``privilege``, ``precheck`` or
+    ``untrusted``."""
 
     stage: str
     reasons: list[str]
@@ -54,12 +58,14 @@ class GateRound:
         untrusted: the round's untrusted text (:class:`UntrustedIndex`).
         patterns: the per-round precheck patterns (``roles.critic.critic_patterns``).
         ceilings: ``"<kind>.<param>"`` → ceiling (``ConsolidationParams.ceilings``).
+        max_instruction_chars: the growth budget (``ConsolidationParams.max_instruction_chars``).
     """
 
     incumbent: Harness
     untrusted: UntrustedIndex
     patterns: Sequence[Pattern] = ()
     ceilings: Mapping[str, float] = field(default_factory=dict)
+    max_instruction_chars: int = 4000
 
 
 def _snippet(text: str) -> str:
@@ -73,8 +79,8 @@ def mask(token: str) -> str:
     return f"{token[:1]}… ({len(token)} {kind})"
 
 
-def _untrusted(rnd: GateRound, cand: Harness) -> Iterable[str]:
-    for added in added_texts(rnd.incumbent, cand):
+def _untrusted(rnd: GateRound, added: list[Added]) -> Iterable[str]:
+    for added in added:
         where = added.address
         for label, text in override_forms(added.text):
             yield f"instruction override ({label}) at {where}: '{_snippet(text)}'"
@@ -101,10 +107,15 @@ def screen(rnd: GateRound, ws: Mapping[str, str]) -> Screened | None:
         return Screened("manifest", [f"manifest error: {exc}"])
     if ts.violations:
         return Screened("manifest", [f"manifest error: {'; '.join(ts.violations)}"])
+    added = added_texts(rnd.incumbent, cand)
+    found = surface_reasons(rnd.incumbent, cand, added, rnd.max_instruction_chars)
+    if found and found[0].startswith("no-op"):
+        return Screened("surface", found)
     stages = (
+        ("surface", found),
         ("privilege", privilege_violations(rnd.incumbent, cand, rnd.ceilings)),
         ("precheck", precheck(diff_trees(workspace_of(rnd.incumbent), ws), rnd.patterns)),
-        ("untrusted", list(dict.fromkeys(_untrusted(rnd, cand)))),
+        ("untrusted", list(dict.fromkeys(_untrusted(rnd, added)))),
     )
     failed = [(stage, reasons) for stage, reasons in stages if reasons]
     if not failed:

@@ -274,6 +274,17 @@ REPAIR_TEXT = (
 )
 
 
+def instruction_budget_sentence(ctx: RoundInfo) -> str:
+    """The harness growth budget (docs/security/gate.md, "No-op, duplicate and growth")."""
+    from rsi_worker.gate.surface import instruction_chars, surface
+
+    used = instruction_chars(surface(ctx.incumbent))
+    limit = ctx.params.max_instruction_chars
+    return (f"Instruction text budget: {used} of {limit} characters used; a candidate above the budget "
+            "that adds text is rejected, so merge or remove blocks to make room. Repeating an instruction "
+            "the harness already has (in a block or a skill) is rejected as a duplicate.")
+
+
 def proposer_user(ctx: RoundInfo, variant: str, index: int,
                   repair: Mapping[str, Any] | None = None) -> str:
     """The first user message of one proposer run (sections of :data:`SECTIONS`).
@@ -298,7 +309,7 @@ def proposer_user(ctx: RoundInfo, variant: str, index: int,
         ("CURRENT MANIFEST", json.dumps(manifest.to_json(include_parent=False), indent=2,
                                         ensure_ascii=False)),
         ("EDITABLE ADDRESSES", "\n".join(editable_addresses(manifest))),
-        ("BUDGET", budget_sentence(ctx.b_t)),
+        ("BUDGET", budget_sentence(ctx.b_t) + "\n" + instruction_budget_sentence(ctx)),
         ("SELECTION RULES", selection_text(ctx)),
     ]
     if repair is None:
