@@ -251,7 +251,8 @@ class _Drafter:
         ctx = self.ctx
         return build_round(ctx.incumbent, ctx.worlds, views=ctx.views, analysis=ctx.analysis,
                            patterns=critic_patterns(ctx.worlds), ceilings=ctx.params.ceilings,
-                           trusted=[cacheable_prefix()], max_instruction_chars=ctx.params.max_instruction_chars)
+                           trusted=[cacheable_prefix()],
+                           max_instruction_chars=ctx.params.max_instruction_chars)
 
     def reserved_check(self, edits: Sequence[Mapping[str, Any]]) -> Review | None:
         """The reserved-slot rule that turns an accepted verdict into a reject (step 3), or None."""

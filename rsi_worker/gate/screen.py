@@ -79,8 +79,8 @@ def mask(token: str) -> str:
     return f"{token[:1]}… ({len(token)} {kind})"
 
 
-def _untrusted(rnd: GateRound, added: list[Added]) -> Iterable[str]:
-    for added in added:
+def _untrusted(rnd: GateRound, texts: list[Added]) -> Iterable[str]:
+    for added in texts:
         where = added.address
         for label, text in override_forms(added.text):
             yield f"instruction override ({label}) at {where}: '{_snippet(text)}'"

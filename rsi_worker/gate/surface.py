@@ -54,9 +54,12 @@ def _file_text(text: str) -> str:
     m = _FRONT_MATTER.match(text)
     if m is None:
         return text
-    described = [line.split(":", 1)[1] for line in m.group(1).splitlines()
-                 if line.strip().lower().startswith("description:")]
-    return "\n".join([*described, text[m.end():]])
+    described = [
+        line.split(":", 1)[1]
+        for line in m.group(1).splitlines()
+        if line.strip().lower().startswith("description:")
+    ]
+    return "\n".join([*described, text[m.end() :]])
 
 
 def _texts(c: ComponentSpec, files: Mapping[str, str]) -> Iterator[str]:
@@ -105,19 +108,25 @@ def surface_reasons(inc: Harness, cand: Harness, added: list[Added], max_chars: 
     """The reasons of the three checks (module docstring); ``[]`` = none applies."""
     a, b = surface(inc), surface(cand)
     if a == b:
-        return ["no-op: the edit leaves the effective prompt, tool and skill surface unchanged "
-                "(duplicated or re-ordered text, renamed ids or default values change nothing)"]
+        return [
+            "no-op: the edit leaves the effective prompt, tool and skill surface unchanged "
+            "(duplicated or re-ordered text, renamed ids or default values change nothing)"
+        ]
     out: list[str] = []
     if a.instructions <= b.instructions:
         for item in added:
             own = set(sentences(_file_text(item.text) if ".files." in item.address else item.text))
             if own and own <= a.instructions and _is_text(item.address):
-                out.append(f"duplicate: the text added at {item.address} repeats instructions the harness "
-                           f"already has: '{item.text[:100]}'")
+                out.append(
+                    f"duplicate: the text added at {item.address} repeats instructions the harness "
+                    f"already has: '{item.text[:100]}'"
+                )
     size, before = instruction_chars(b), instruction_chars(a)
     if size > max_chars and size > before:
-        out.append(f"growth budget: the harness would hold {size} characters of instructions "
-                   f"(budget {max_chars}, now {before}); merge or remove blocks instead of adding")
+        out.append(
+            f"growth budget: the harness would hold {size} characters of instructions "
+            f"(budget {max_chars}, now {before}); merge or remove blocks instead of adding"
+        )
     return out
 
 

@@ -21,8 +21,9 @@ def harness(blocks: list[Any], *, skill: str | None = None, edit: Any = None) ->
     obj["components"][0]["params"]["extra_blocks"] = copy.deepcopy(blocks)
     files: dict[str, str] = {}
     if skill is not None:
-        obj["components"].append({"id": "skills.library", "kind": "skill", "impl": SKILL_IMPL,
-                                  "files": ["skills/t/SKILL.md"]})
+        obj["components"].append(
+            {"id": "skills.library", "kind": "skill", "impl": SKILL_IMPL, "files": ["skills/t/SKILL.md"]}
+        )
         files["skills/t/SKILL.md"] = skill
     if edit is not None:
         edit(obj)
@@ -36,16 +37,29 @@ def reasons(inc: Harness, cand: Harness, max_chars: int = 4000) -> list[str]:
 INC = harness([TABLE])
 
 
-@pytest.mark.parametrize(("name", "cand"), [
-    ("the same block again", harness([TABLE, TABLE])),
-    ("re-ordered identical text", harness([TABLE + " " + ONE_LINE], edit=None)),
-    ("whitespace and case", harness(["  when you compare options,  PRESENT them as a markdown table"])),
-    ("a default value set explicitly", harness([TABLE], edit=lambda o: o["components"][1]["params"].update(
-        guard=True))),
-    ("a renamed component", harness([TABLE], edit=lambda o: o["components"][5].update(id="memory.renamed"))),
-    ("part order only", harness([{"id": "x", "text": TABLE}], edit=lambda o: o["components"][0]["params"].update(
-        part_order=["x"]))),
-])
+@pytest.mark.parametrize(
+    ("name", "cand"),
+    [
+        ("the same block again", harness([TABLE, TABLE])),
+        ("re-ordered identical text", harness([TABLE + " " + ONE_LINE], edit=None)),
+        ("whitespace and case", harness(["  when you compare options,  PRESENT them as a markdown table"])),
+        (
+            "a default value set explicitly",
+            harness([TABLE], edit=lambda o: o["components"][1]["params"].update(guard=True)),
+        ),
+        (
+            "a renamed component",
+            harness([TABLE], edit=lambda o: o["components"][5].update(id="memory.renamed")),
+        ),
+        (
+            "part order only",
+            harness(
+                [{"id": "x", "text": TABLE}],
+                edit=lambda o: o["components"][0]["params"].update(part_order=["x"]),
+            ),
+        ),
+    ],
+)
 def test_no_ops_are_rejected(name: str, cand: Harness) -> None:
     inc = harness([TABLE, ONE_LINE]) if name == "re-ordered identical text" else INC
     if name == "re-ordered identical text":
@@ -57,7 +71,9 @@ def test_no_ops_are_rejected(name: str, cand: Harness) -> None:
 def test_a_skill_restating_a_block_is_a_duplicate() -> None:
     skill = f"---\nname: table\ndescription: {TABLE}\n---\n{TABLE}\n"
     found = reasons(INC, harness([TABLE], skill=skill))
-    assert len(found) == 1 and found[0].startswith("duplicate: the text added at skills.library.files.skills/t")
+    assert len(found) == 1 and found[0].startswith(
+        "duplicate: the text added at skills.library.files.skills/t"
+    )
 
 
 def test_a_duplicate_next_to_a_new_block_is_still_refused() -> None:
@@ -71,8 +87,12 @@ def test_real_changes_pass() -> None:
     assert reasons(INC, harness([TABLE, ONE_LINE])) == []
     assert reasons(INC, harness([])) == []  # removing a block is a simplification, judged by replay
     assert reasons(INC, harness(["Present comparisons as a table with one row per option."])) == []
-    assert reasons(INC, harness([TABLE], edit=lambda o: o["components"][2]["params"].update(
-        repeat_stop_after=4))) == []
+    assert (
+        reasons(
+            INC, harness([TABLE], edit=lambda o: o["components"][2]["params"].update(repeat_stop_after=4))
+        )
+        == []
+    )
 
 
 def test_growth_budget() -> None:
@@ -80,6 +100,8 @@ def test_growth_budget() -> None:
     size = instruction_chars(surface(big))
     assert reasons(INC, big, max_chars=size) == []
     over = reasons(INC, big, max_chars=size - 1)
-    assert over == [f"growth budget: the harness would hold {size} characters of instructions (budget "
-                    f"{size - 1}, now {instruction_chars(surface(INC))}); merge or remove blocks instead of adding"]
+    assert over == [
+        f"growth budget: the harness would hold {size} characters of instructions (budget "
+        f"{size - 1}, now {instruction_chars(surface(INC))}); merge or remove blocks instead of adding"
+    ]
     assert reasons(big, INC, max_chars=1) == []  # shrinking is always allowed
