@@ -27,6 +27,7 @@ from rsi_common.math import (
     upper_lower,
 )
 from rsi_common.replay import ReplayResult
+from rsi_worker.consolidate.signals import NO_ISSUE
 
 __all__ = [
     "Assembled",
@@ -34,6 +35,7 @@ __all__ = [
     "TrialSlot",
     "assemble",
     "bound_total",
+    "outcome_selected",
     "plan_candidate",
     "plan_incumbent",
     "score",
@@ -77,6 +79,17 @@ class TrialSlot:
         )
 
 
+def outcome_selected(signals: Mapping[str, Any]) -> bool:
+    """Whether a world's checks come from a reaction to its own recorded answer (docs/consolidation/
+    estimator.md): an implicit correction, complaint or acceptance, a rating, a reported issue or a
+    comment. Such a world is in W *because of* how that answer went, so the answer is a biased trial."""
+    implicit = signals.get("implicit")
+    kind = implicit.get("kind") if isinstance(implicit, Mapping) else None
+    issue = str(signals.get("issue") or "").strip().lower()
+    return (kind in ("correction", "complaint", "accept") or signals.get("stars") is not None
+            or issue not in NO_ISSUE or bool(str(signals.get("comment") or "").strip()))
+
+
 def plan_incumbent(
     worlds: Sequence[Any],
     inc_version: str,
@@ -84,28 +97,33 @@ def plan_incumbent(
     cached: Mapping[str, Sequence[Mapping[str, Any]]],
     k: int,
 ) -> list[TrialSlot]:
-    """The incumbent's k slots per world (SPEC §3.6.1).
+    """The incumbent's k slots per world: the paired, unbiased estimator (docs/consolidation/estimator.md).
 
-    Slot 0 may be the recorded turn (same harness version and model, non-blank answer); then the
-    cached replays of ``inc_version`` in stored order; the rest are fresh replays.
+    Slot j is the replay with trial seed j, like every candidate's slot j (common random numbers):
+
+    * a cached replay of ``inc_version`` made with seed j (``trial`` == j) is reused;
+    * slot 0 may reuse the recorded turn (same harness version and model, non-blank answer) only
+      when the world was **not** selected by its own outcome (:func:`outcome_selected`) — otherwise
+      the recorded answer failed (or passed) *because* that is why the world is here;
+    * every other slot is a fresh replay.
 
     Args:
-        worlds: the evaluation worlds W (``TurnWorld``), in order.
-        cached: ``state.cache.get(inc_version, {})``.
+        worlds: the evaluation worlds W (``TurnWorld`` or ``PoolWorld``), in order.
+        cached: ``state.cache.get(inc_version, {})``; entries without ``trial`` (older states) are
+            taken as trials 0, 1, … in stored order.
     """
     slots: list[TrialSlot] = []
     for w in worlds:
-        reuse: list[tuple[Source, Mapping[str, Any]]] = []
-        if w.harness_version == inc_version and w.model == policy_model and w.answer.strip():
+        by_trial: dict[int, tuple[Source, Mapping[str, Any]]] = {}
+        for i, r in enumerate(cached.get(w.id, [])):
+            by_trial.setdefault(int(r.get("trial", i)), ("cached", dict(r)))
+        if (0 not in by_trial and w.harness_version == inc_version and w.model == policy_model
+                and not outcome_selected(w.signals) and w.answer.strip()):
             recorded = w.turn() if hasattr(w, "turn") else w  # a lazy PoolWorld or a TurnWorld
-            reuse.append(("recorded", ReplayResult.from_recorded(recorded).to_json()))
-        reuse.extend(("cached", dict(r)) for r in cached.get(w.id, []))
-        reuse = reuse[:k]
+            by_trial[0] = ("recorded", ReplayResult.from_recorded(recorded).to_json())
         for j in range(k):
-            if j < len(reuse):
-                slots.append(TrialSlot(INCUMBENT, w.id, j, reuse[j][0], reuse[j][1]))
-            else:
-                slots.append(TrialSlot(INCUMBENT, w.id, j, "replay"))
+            source, reuse = by_trial.get(j, ("replay", None))
+            slots.append(TrialSlot(INCUMBENT, w.id, j, source, reuse))
     return slots
 
 

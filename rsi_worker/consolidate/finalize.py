@@ -32,7 +32,7 @@ def _replays_by_world(rows: Sequence[Mapping[str, Any]], candidate: str) -> dict
     mine = sorted((r for r in rows if r["candidate"] == candidate), key=lambda r: (r["world_id"], r["trial"]))
     for r in mine:
         if r["source"] == "replay" and r["status"] == "ok" and (r.get("result") or {}).get("replay"):
-            out.setdefault(r["world_id"], []).append(dict(r["result"]["replay"]))
+            out.setdefault(r["world_id"], []).append({**r["result"]["replay"], "trial": int(r["trial"])})
     return out
 
 

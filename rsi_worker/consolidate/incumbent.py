@@ -38,8 +38,12 @@ def records_of(state: ConsolidationState) -> list[EditRecord]:
     return [EditRecord.from_json(r) for r in state.records]
 
 
-def incumbent_brief(ev: EvalResult) -> dict[str, Any]:
-    """The round summary's ``incumbent`` entry."""
+def incumbent_brief(ev: EvalResult, rows: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The round summary's ``incumbent`` entry; ``sources`` counts its trials by source
+    (``recorded``, ``cached``, ``replay``; docs/consolidation/estimator.md)."""
+    sources: dict[str, int] = {}
+    for r in rows:
+        sources[str(r.get("source"))] = sources.get(str(r.get("source")), 0) + 1
     return {
         "S": round(ev.S, 6),
         "C": None if ev.C is None else round(ev.C, 1),
@@ -47,6 +51,7 @@ def incumbent_brief(ev: EvalResult) -> dict[str, Any]:
         "n_expected": ev.n_expected,
         "valid_rate": ev.extra.get("valid_rate"),
         "off_support_calls": ev.extra.get("off_support_calls", 0),
+        "sources": dict(sorted(sources.items())),
     }
 
 
@@ -140,7 +145,7 @@ def after_incumbent(deps: Deps, run_id: str) -> Next:
         reason = (
             f"the current harness could not be replayed ({inc_ev.missing}/{inc_ev.n_expected} trials failed)"
         )
-        info = {"t": ctx.t, "worlds": ctx.worlds, "incumbent": incumbent_brief(inc_ev)}
+        info = {"t": ctx.t, "worlds": ctx.worlds, "incumbent": incumbent_brief(inc_ev, rows)}
         return Next(
             "final",
             ctx,
@@ -159,7 +164,7 @@ def after_incumbent(deps: Deps, run_id: str) -> Next:
         )
     failing = [w for w in ctx.worlds if inc_ev.per_task[w].mean < FAIL_BELOW]
     if not failing:
-        ctx.round = {"incumbent": incumbent_brief(inc_ev), "inc_ev": inc_ev.to_json()}
+        ctx.round = {"incumbent": incumbent_brief(inc_ev, rows), "inc_ev": inc_ev.to_json()}
         return Next(
             "final",
             ctx,
@@ -176,6 +181,7 @@ def after_incumbent(deps: Deps, run_id: str) -> Next:
             ),
         )
     ctx.round = round_parameters(ctx, state, inc_ev, incumbent.manifest.enabled_kinds, deps)
+    ctx.round["incumbent"] = incumbent_brief(inc_ev, rows)
     ctx.round["failing"] = failing
     analyst = deps.role(ctx, "analyst")
     ctx.analysis = analyze(analyst, views_of(ctx, worlds, rows, inc_ev), state.analysis)
