@@ -34,6 +34,7 @@ from rsi_common.db.models import (
     AgentRow,
     Base,
     HarnessRow,
+    RegressionRow,
     ReplayRow,
     ReplaySource,
     ReplayStatus,
@@ -41,6 +42,14 @@ from rsi_common.db.models import (
     RunStatus,
     TrajectoryRow,
     WorldRow,
+)
+from rsi_common.db.regressions import (
+    active_regressions,
+    add_regressions,
+    ancestry,
+    regression_world,
+    regressions,
+    touch_regressions,
 )
 from rsi_common.db.replays import get_replay_row, replay_rows, save_replay_row
 from rsi_common.db.runs import (
@@ -89,6 +98,7 @@ __all__ = [
     "FinalOutcome",
     "FinalWrite",
     "HarnessRow",
+    "RegressionRow",
     "ReplayRow",
     "ReplaySource",
     "ReplayStatus",
@@ -96,7 +106,10 @@ __all__ = [
     "RunStatus",
     "TrajectoryRow",
     "WorldRow",
+    "active_regressions",
     "add_harness",
+    "add_regressions",
+    "ancestry",
     "clone_agent",
     "current_revision",
     "db_ago",
@@ -119,6 +132,8 @@ __all__ = [
     "mark_enqueued",
     "mark_interrupted",
     "pin",
+    "regression_world",
+    "regressions",
     "replay_rows",
     "retain_runs",
     "retain_trajectories",
@@ -136,6 +151,7 @@ __all__ = [
     "skip_run",
     "stale_runs",
     "start_run",
+    "touch_regressions",
     "trajectories",
     "unenqueued_worlds",
     "unfreeze",

@@ -208,8 +208,8 @@ def clone_agent(session: Session, source_id: str, target_id: str) -> AgentRow:
 
     The target is created if absent. Every stored version of the source that the target lacks is
     copied (same version id, payload, parent, run id and summary, in the source's order), then the
-    target's ``current_version`` is set to the source's. Worlds, runs, state and the frozen flag
-    are not copied. Idempotent.
+    target's ``current_version`` is set to the source's; the source's lessons (regression set) are
+    copied too. Worlds, runs, state and the frozen flag are not copied. Idempotent.
 
     Raises:
         UnknownAgentError: the source does not exist.
@@ -231,5 +231,25 @@ def clone_agent(session: Session, source_id: str, target_id: str) -> AgentRow:
             summary=row.summary,
         )
     target.current_version = source.current_version
+    _clone_regressions(session, source_id, target_id)
     session.flush()
     return get_agent(session, target_id)
+
+
+def _clone_regressions(session: Session, source_id: str, target_id: str) -> None:
+    """Copy the source's lessons the target lacks (same version and world; new ids)."""
+    import secrets
+
+    from rsi_common.db.models import RegressionRow
+
+    have = set(session.execute(sa.select(RegressionRow.version, RegressionRow.world_id)
+                               .where(RegressionRow.agent_id == target_id)).all())
+    rows = session.execute(sa.select(RegressionRow).where(RegressionRow.agent_id == source_id)
+                           .order_by(RegressionRow.created_at, RegressionRow.id)).scalars()
+    for r in rows:
+        if (r.version, r.world_id) in have:
+            continue
+        session.add(RegressionRow(
+            id="rg_" + secrets.token_hex(12), agent_id=target_id, version=r.version, run_id=r.run_id,
+            world_id=r.world_id, lesson=r.lesson, world=dict(r.world), signals=dict(r.signals or {}),
+            interaction_id=r.interaction_id, seq=r.seq, checks=list(r.checks)))

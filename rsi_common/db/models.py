@@ -13,6 +13,8 @@ Six tables, all prefixed ``rsi_`` so they can share a database with the host app
 * ``rsi_replays`` — one row per replay trial of a run; ``(run_id, candidate, world_id, trial)``
   is unique, which makes trial tasks idempotent (ARCHITECTURE §3).
 * ``rsi_trajectories`` — one content-free metrics row per turn (SPEC §7.5).
+* ``rsi_regressions`` — the agent's regression set: one row per lesson an adoption learned (a copy of
+  the world and the checks it fixed; docs/consolidation/regression.md).
 
 Every timestamp is filled by the database clock (:func:`~rsi_common.db.sqltypes.db_now`) and
 read back timezone-aware (UTC). JSON columns keep key order on both backends (PostgreSQL ``json``,
@@ -37,6 +39,7 @@ __all__ = [
     "AgentRow",
     "Base",
     "HarnessRow",
+    "RegressionRow",
     "ReplayRow",
     "ReplaySource",
     "ReplayStatus",
@@ -259,3 +262,37 @@ class TrajectoryRow(Base):
     final_text_chars: Mapped[int] = mapped_column(sa.Integer(), nullable=False, default=0)
     world_bytes: Mapped[int] = mapped_column(sa.Integer(), nullable=False, default=0)
     created_at: Mapped[datetime] = _created()
+
+
+class RegressionRow(Base):
+    """One lesson of an agent's regression set (docs/consolidation/regression.md).
+
+    When a run adopts, every evaluation world whose criteria the winner fixed becomes a row: a copy
+    of the world (so world retention cannot remove it) with the checks it was fixed on. Later rounds
+    replay the rows whose ``version`` is the current version or one of its ancestors, for the
+    incumbent and every candidate; a candidate that fails one the incumbent passes is rejected.
+    """
+
+    __tablename__ = "rsi_regressions"
+    __table_args__ = (sa.UniqueConstraint("agent_id", "version", "world_id"),)
+
+    id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    agent_id: Mapped[str] = _agent_fk()
+    version: Mapped[str] = mapped_column(sa.String(100), nullable=False)
+    """The adopted version that learned the lesson."""
+    run_id: Mapped[str] = mapped_column(sa.String(64), nullable=False)
+    """The run that learned it."""
+    world_id: Mapped[str] = mapped_column(sa.String(64), nullable=False)
+    """The world it was learned on (its id inside evaluations)."""
+    lesson: Mapped[str] = mapped_column(sa.String(300), nullable=False)
+    """What was learned, in the analyst's general terms (or the criteria names)."""
+    world: Mapped[dict[str, Any]] = mapped_column(JSONType, nullable=False)
+    """The world record (``rsi-world/1``)."""
+    signals: Mapped[dict[str, Any]] = mapped_column(JSONType, nullable=False, default=dict)
+    interaction_id: Mapped[str] = mapped_column(sa.String(255), nullable=False, default="")
+    seq: Mapped[int] = mapped_column(sa.Integer(), nullable=False, default=0)
+    checks: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, nullable=False)
+    """The checks the winner fixed on it (the lesson's criteria)."""
+    created_at: Mapped[datetime] = _created()
+    last_used_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False, default=db_now())
+    """Set when a round replays it; the least recently used leave first beyond the bound."""

@@ -10,7 +10,7 @@ lock its agent first (:func:`~rsi_common.db.agents.lock_agent`) and re-read the 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,6 +20,7 @@ from sqlalchemy.orm.attributes import instance_state
 
 from rsi_common.db.agents import add_harness, lock_agent
 from rsi_common.db.models import RUN_STATUSES, AgentRow, ReplayRow, RunRow
+from rsi_common.db.regressions import add_regressions
 from rsi_common.db.sqltypes import db_ago, db_now
 from rsi_common.errors import ErrorRecord, InvalidInput
 
@@ -192,6 +193,10 @@ class Adoption:
     """Harness payload ``{manifest, files, version}`` (SPEC §5.3)."""
     summary: Mapping[str, Any] | None = None
     """Stored on the ``rsi_harnesses`` row; default: the run's result."""
+    regressions: Sequence[Mapping[str, Any]] = ()
+    """Lessons the winner learned (``add_regressions`` entries), stored with the adoption."""
+    regression_bound: int = 8
+    """Lessons kept per agent."""
 
 
 @dataclass(frozen=True)
@@ -255,8 +260,8 @@ def final_write(
     c. Otherwise ``state`` (when not ``None``; a ``failed`` run passes ``None`` and leaves the state
        unchanged, SPEC §3.12.8), ``applied_fence = fence``, the run row (status, reason, result,
        error, ``adopted_version``, ``finished_at``) and, when adopting, the ``rsi_harnesses`` row
-       (``parent_version = start_version``; an already stored version keeps its first row) and
-       ``current_version``.
+       (``parent_version = start_version``; an already stored version keeps its first row),
+       ``current_version`` and the lessons the winner learned (``rsi_regressions``).
 
     Args:
         session: session inside a transaction (the caller commits).
@@ -308,6 +313,8 @@ def final_write(
             run_id=run.id, summary=adoption.summary if adoption.summary is not None else result,
         )
         agent.current_version = adoption.version
+        add_regressions(session, agent_id, adoption.version, run.id, adoption.regressions,
+                        adoption.regression_bound)
     _close(run, status, reason, result, error, adoption.version if adoption else None)
     _flush(session, run, agent)
     return FinalWrite("adopted" if adoption else "written", run, agent)

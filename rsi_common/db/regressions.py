@@ -1,0 +1,152 @@
+"""The regression set: lessons an agent learned, kept so later adoptions cannot undo them
+(docs/consolidation/regression.md).
+
+The *active* set of a harness version is the lessons learned by that version and by its ancestors
+(its ``parent_version`` chain in ``rsi_harnesses``): a rollback therefore drops, without deleting
+anything, exactly the lessons of the versions it leaves, and a roll-forward brings them back.
+Repository functions never commit.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from rsi_common.db.models import HarnessRow, RegressionRow
+from rsi_common.db.sqltypes import db_now
+
+__all__ = [
+    "LESSON_CHARS",
+    "active_regressions",
+    "add_regressions",
+    "ancestry",
+    "regression_world",
+    "regressions",
+    "touch_regressions",
+]
+
+LESSON_CHARS = 300
+"""Width of ``rsi_regressions.lesson``."""
+
+
+def ancestry(session: Session, agent_id: str, version: str | None) -> list[str]:
+    """``version`` and its stored ancestors, newest first (``[]`` for H0). A cycle stops the walk."""
+    parents = dict(
+        session.execute(
+            sa.select(HarnessRow.version, HarnessRow.parent_version).where(HarnessRow.agent_id == agent_id)
+        )
+        
+        .all()
+    )
+    out: list[str] = []
+    while version is not None and version not in out:
+        out.append(version)
+        version = parents.get(version)
+    return out
+
+
+def active_regressions(session: Session, agent_id: str, version: str | None) -> list[RegressionRow]:
+    """The lessons of ``version`` and its ancestors, oldest first."""
+    versions = ancestry(session, agent_id, version)
+    if not versions:
+        return []
+    stmt = (
+        sa.select(RegressionRow)
+        .where(RegressionRow.agent_id == agent_id, RegressionRow.version.in_(versions))
+        .order_by(RegressionRow.created_at, RegressionRow.id)
+    )
+    return list(session.execute(stmt).scalars())
+
+
+def regressions(session: Session, agent_id: str) -> list[RegressionRow]:
+    """Every stored lesson of the agent, oldest first."""
+    stmt = (
+        sa.select(RegressionRow)
+        .where(RegressionRow.agent_id == agent_id)
+        .order_by(RegressionRow.created_at, RegressionRow.id)
+    )
+    return list(session.execute(stmt).scalars())
+
+
+def regression_world(session: Session, agent_id: str, world_id: str) -> RegressionRow | None:
+    """The newest lesson learned on ``world_id`` (its stored copy of the world), or None."""
+    stmt = (
+        sa.select(RegressionRow)
+        .where(RegressionRow.agent_id == agent_id, RegressionRow.world_id == world_id)
+        .order_by(RegressionRow.created_at.desc(), RegressionRow.id.desc())
+        .limit(1)
+    )
+    return session.execute(stmt).scalars().first()
+
+
+def touch_regressions(session: Session, ids: Sequence[str]) -> None:
+    """Mark lessons as used now (the eviction order)."""
+    if ids:
+        session.execute(
+            sa.update(RegressionRow).where(RegressionRow.id.in_(list(ids))).values(last_used_at=db_now())
+        )
+
+
+def add_regressions(
+    session: Session,
+    agent_id: str,
+    version: str,
+    run_id: str,
+    entries: Sequence[Mapping[str, Any]],
+    bound: int,
+) -> int:
+    """Store the lessons ``version`` learned in ``run_id``; then keep the agent's ``bound`` most
+    recently used lessons (the least recently used leave first). A lesson already stored for the
+    same ``(version, world_id)`` is left as it is.
+
+    Args:
+        entries: ``{world_id, lesson, world, signals, interaction_id, seq, checks}`` each.
+        bound: lessons kept per agent (0 keeps none).
+
+    Returns:
+        The number of lessons removed by the bound.
+    """
+    have = set(
+        session.execute(
+            sa.select(RegressionRow.world_id).where(
+                RegressionRow.agent_id == agent_id, RegressionRow.version == version
+            )
+        ).scalars()
+    )
+    for e in entries:
+        if e["world_id"] in have:
+            continue
+        have.add(e["world_id"])
+        session.add(
+            RegressionRow(
+                id="rg_" + secrets.token_hex(12),
+                agent_id=agent_id,
+                version=version,
+                run_id=run_id,
+                world_id=e["world_id"],
+                lesson=str(e["lesson"])[:LESSON_CHARS],
+                world=dict(e["world"]),
+                signals=dict(e.get("signals") or {}),
+                interaction_id=str(e.get("interaction_id") or ""),
+                seq=int(e.get("seq") or 0),
+                checks=[dict(c) for c in e["checks"]],
+            )
+        )
+    session.flush()
+    ordered = list(
+        session.execute(
+            sa.select(RegressionRow.id)
+            .where(RegressionRow.agent_id == agent_id)
+            .order_by(
+                RegressionRow.last_used_at.desc(), RegressionRow.created_at.desc(), RegressionRow.id.desc()
+            )
+        ).scalars()
+    )
+    victims = ordered[max(0, bound) :]
+    if victims:
+        session.execute(sa.delete(RegressionRow).where(RegressionRow.id.in_(victims)))
+    return len(victims)
