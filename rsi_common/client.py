@@ -29,7 +29,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -119,17 +119,21 @@ class AgentInfo:
 
 @dataclass(frozen=True)
 class VersionInfo:
-    """One stored harness version with its provenance (SPEC §3.12.10)."""
+    """One stored harness version with its provenance (SPEC §3.12.10) and the lessons it learned
+    (``{world_id, lesson, run_id}``); its regression set is its own lessons and its ancestors'."""
 
     version: str
     parent_version: str | None
     run_id: str | None
     summary: dict[str, Any] | None
     created_at: datetime
+    lessons: tuple[dict[str, Any], ...] = ()
 
     @classmethod
-    def of(cls, row: db.HarnessRow) -> VersionInfo:
-        return cls(row.version, row.parent_version, row.run_id, row.summary, row.created_at)
+    def of(cls, row: db.HarnessRow, lessons: Sequence[db.RegressionRow] = ()) -> VersionInfo:
+        learned = tuple({"world_id": r.world_id, "lesson": r.lesson, "run_id": r.run_id}
+                        for r in lessons if r.version == row.version)
+        return cls(row.version, row.parent_version, row.run_id, row.summary, row.created_at, learned)
 
 
 @dataclass(frozen=True)
@@ -446,7 +450,8 @@ class RsiClient:
     def lineage(self, agent_id: str) -> list[VersionInfo]:
         """Every stored version of the agent, oldest first. Raises ``UnknownAgentError``."""
         with self._read() as s:
-            return [VersionInfo.of(r) for r in db.lineage(s, agent_id)]
+            lessons = db.regressions(s, agent_id)
+            return [VersionInfo.of(r, lessons) for r in db.lineage(s, agent_id)]
 
     def runs(self, agent_id: str, limit: int = 50) -> list[RunInfo]:
         """The agent's latest runs, newest first. Raises ``UnknownAgentError``."""

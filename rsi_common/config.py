@@ -154,6 +154,9 @@ class ConsolidationParams(_Frozen):
     """Implicit-signal pairs read per run."""
     world_pool: int = Field(60, ge=1)
     """Latest worlds read per run."""
+    regression_worlds: int = Field(8, ge=0)
+    """Lessons kept per agent and replayed in every round (0 = no regression set;
+    docs/consolidation/regression.md)."""
     max_instruction_chars: int = Field(4000, ge=0)
     """Growth budget: characters of distinct instruction sentences a harness may hold; a candidate
     above it that adds text is rejected (docs/security/gate.md)."""

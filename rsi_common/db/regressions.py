@@ -39,7 +39,7 @@ def ancestry(session: Session, agent_id: str, version: str | None) -> list[str]:
         session.execute(
             sa.select(HarnessRow.version, HarnessRow.parent_version).where(HarnessRow.agent_id == agent_id)
         )
-        
+
         .all()
     )
     out: list[str] = []

@@ -155,11 +155,13 @@ def _print_lineage(info: AgentInfo, versions: list[VersionInfo]) -> None:
     table.add_column("run", overflow="fold", min_width=14)
     table.add_column("created (UTC)", overflow="fold")
     table.add_column("summary", overflow="fold", ratio=1, min_width=16)
-    table.add_row("*" if info.current_version is None else "", "h0", "", "", "", "the builtin harness")
+    table.add_column("lessons", overflow="fold", min_width=10)
+    table.add_row("*" if info.current_version is None else "", "h0", "", "", "", "the builtin harness", "")
     for v in versions:
         mark = "*" if v.version == info.current_version else ""
         table.add_row(mark, short_version(v.version), short_version(v.parent_version), v.run_id or "",
-                      v.created_at.strftime("%Y-%m-%d %H:%M:%S"), _reason(v.summary))
+                      v.created_at.strftime("%Y-%m-%d %H:%M:%S"), _reason(v.summary),
+                      "; ".join(str(x["lesson"]) for x in v.lessons))
     _console().print(table)
 
 

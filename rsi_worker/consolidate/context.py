@@ -128,6 +128,8 @@ class RoundContext:
     round: dict[str, Any] = field(default_factory=dict)
     """Round parameters of SPEC §3.3 step 10 (δ, S★, b_t, σ, enabled, tried, reserved, prune, …)."""
     analysis: dict[str, Any] = field(default_factory=dict)
+    lessons: list[dict[str, Any]] = field(default_factory=list)
+    """The lessons replayed this round: ``{world_id, lesson, run_id, version}`` (the regression set)."""
     early_stop: bool = True
     force: bool = False
     """Every scored world counts as fresh in this run (``open_run(force=True)``)."""
@@ -152,14 +154,29 @@ def turn_world(row: WorldRow) -> TurnWorld:
     )
 
 
-def load_worlds(session: Session, ids: Sequence[str]) -> dict[str, TurnWorld]:
-    """World rows by id (missing ids — e.g. removed by retention — are left out)."""
+def load_worlds(session: Session, ids: Sequence[str], agent_id: str | None = None) -> dict[str, TurnWorld]:
+    """World rows by id; with ``agent_id``, a world no longer stored is read from the agent's lessons
+    (the regression set keeps its own copy). Ids found nowhere are left out."""
     out: dict[str, TurnWorld] = {}
     for wid in ids:
-        row = get_world(session, wid)
-        if row is not None:
-            out[wid] = turn_world(row)
+        world = load_world(session, wid, agent_id)
+        if world is not None:
+            out[wid] = world
     return out
+
+
+def load_world(session: Session, world_id: str, agent_id: str | None = None) -> TurnWorld | None:
+    """One world (see :func:`load_worlds`), or None."""
+    row = get_world(session, world_id)
+    if row is not None:
+        return turn_world(row)
+    if agent_id is None:
+        return None
+    from rsi_common.db import regression_world
+    from rsi_worker.consolidate.regression import lesson_world
+
+    lesson = regression_world(session, agent_id, world_id)
+    return lesson_world(lesson) if lesson is not None else None
 
 
 def load_harness(session: Session, agent_id: str, version: str | None) -> Harness:

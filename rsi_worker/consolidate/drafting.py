@@ -27,7 +27,7 @@ def _draft_context(deps: Deps, ctx: RoundContext) -> DraftContext:
     with deps.sessions() as session:
         state = ConsolidationState.from_json(get_agent(session, ctx.agent_id).state)
         rows = [row_json(r) for r in replay_rows(session, ctx.run_id, INCUMBENT)]
-        loaded = load_worlds(session, ctx.loaded)
+        loaded = load_worlds(session, list(dict.fromkeys([*ctx.loaded, *ctx.worlds])), ctx.agent_id)
         incumbent = load_harness(session, ctx.agent_id, ctx.start_version)
         session.commit()  # end the read transaction (keeps loaded rows usable)
     rnd = ctx.round

@@ -122,8 +122,10 @@ def plan_incumbent(
             recorded = w.turn() if hasattr(w, "turn") else w  # a lazy PoolWorld or a TurnWorld
             by_trial[0] = ("recorded", ReplayResult.from_recorded(recorded).to_json())
         for j in range(k):
-            source, reuse = by_trial.get(j, ("replay", None))
-            slots.append(TrialSlot(INCUMBENT, w.id, j, source, reuse))
+            if j in by_trial:
+                slots.append(TrialSlot(INCUMBENT, w.id, j, by_trial[j][0], by_trial[j][1]))
+            else:
+                slots.append(TrialSlot(INCUMBENT, w.id, j, "replay"))
     return slots
 
 

@@ -70,6 +70,19 @@ def build_state(
     return state.to_json()
 
 
+def _lesson_entries(session: Any, ctx: RoundContext) -> list[dict[str, Any]]:
+    """The lessons the winner learned, with a copy of each world (docs/consolidation/regression.md)."""
+    from rsi_worker.consolidate.context import load_world
+
+    out = []
+    for item in (ctx.round.get("judged") or {}).get("learned") or ():
+        world = load_world(session, item["world_id"], ctx.agent_id)
+        if world is not None:
+            out.append({**item, "world": world.data, "signals": world.signals,
+                        "interaction_id": world.interaction_id, "seq": world.seq})
+    return out
+
+
 def run_usage(
     ctx: RoundContext, rows: Sequence[Mapping[str, Any]], drafts: Mapping[str, Any]
 ) -> dict[str, dict[str, int]]:
@@ -103,7 +116,9 @@ def finalize(
         result.state = build_state(deps, ctx, result, start, rows)
         adoption = None
         if result.adopted and result.payload is not None and result.version is not None:
-            adoption = Adoption(result.version, result.payload, summary=result.summary())
+            adoption = Adoption(result.version, result.payload, summary=result.summary(),
+                                regressions=_lesson_entries(session, ctx),
+                                regression_bound=deps.params.regression_worlds)
         written = final_write(
             session,
             ctx.run_id,

@@ -135,7 +135,7 @@ def after_incumbent(deps: Deps, run_id: str) -> Next:
             return Next("stop", ctx)
         state = ConsolidationState.from_json(get_agent(session, ctx.agent_id).state)
         rows = [row_json(r) for r in replay_rows(session, run_id, INCUMBENT)]
-        worlds = load_worlds(session, ctx.worlds)
+        worlds = load_worlds(session, ctx.worlds, ctx.agent_id)
         incumbent = load_harness(session, ctx.agent_id, ctx.start_version)
         session.commit()  # end the read transaction (keeps loaded rows usable)
     renew_or_stop(deps, ctx)

@@ -30,6 +30,7 @@ from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.evaluate import Assembled, StopContext, assemble
 from rsi_worker.consolidate.incumbent import records_of
 from rsi_worker.consolidate.opening import Next, renew_or_stop
+from rsi_worker.consolidate.regression import lessons_learned, regression_guard
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.state import ConsolidationState
 from rsi_worker.consolidate.trials import row_json
@@ -137,6 +138,7 @@ def _select(
             eps=PRODUCTION_EPS,
         ),
         exercised_guard,
+        regression_guard(ctx.lessons),
     )
     counts = accepted_counts(records_of(state), before_t=ctx.t)
     return select_round(
@@ -191,11 +193,14 @@ def judge_round(deps: Deps, run_id: str) -> Next:
             )
         )
     gain = next((d.delta_S or 0.0 for c, d in zip(cands, decisions, strict=True) if c is winner), 0.0)
+    learned = [] if winner is None or winner.ev is None else lessons_learned(
+        ctx.worlds, ctx.checks, inc_ev, winner.ev, ctx.analysis, [x["world_id"] for x in ctx.lessons])
     ctx.round["judged"] = {
         "records": new_rows,
         "scoreboard": scoreboard,
         "gain": gain,
         "winner": winner.variant if winner else None,
+        "learned": learned,
     }
     summary = {
         "t": t,
@@ -211,6 +216,8 @@ def judge_round(deps: Deps, run_id: str) -> Next:
         "candidates": briefs,
         "winner": winner.variant if winner else None,
         "failure_modes": [m.get("mode") for m in ctx.analysis.get("failure_modes", [])][:5],
+        "lessons": ctx.lessons,
+        "learned": [{"world_id": x["world_id"], "lesson": x["lesson"]} for x in learned],
     }
     result = ConsolidationResult(
         "kept",

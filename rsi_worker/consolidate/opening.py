@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
@@ -31,6 +31,7 @@ from rsi_common.errors import InvalidInput, LeaseLost
 from rsi_common.harness import H0_VERSION
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.evaluate import TrialSlot, plan_incumbent
+from rsi_worker.consolidate.regression import add_lessons
 from rsi_worker.consolidate.result import ConsolidationResult, Status
 from rsi_worker.consolidate.signals import checks_for, negative, unread_pairs
 from rsi_worker.consolidate.state import EMPTY_DIGEST, ConsolidationState, signal_digest
@@ -201,7 +202,13 @@ def _decide(
     ctx.worlds = [w.id for w in chosen]
     ctx.fresh = sorted(fresh & set(ctx.worlds))
     ctx.checks = {w.id: checks[w.id] for w in chosen}
-    slots = plan_incumbent(chosen, ctx.inc_version, ctx.model, state.cache.get(ctx.inc_version, {}), params.k)
+    lessons, lesson_checks, ctx.lessons = add_lessons(session, ctx.agent_id, ctx.start_version, ctx.worlds,
+                                                      params.regression_worlds)
+    ctx.worlds += [w.id for w in lessons]
+    ctx.checks.update(lesson_checks)
+    evaluated: list[Any] = [*chosen, *lessons]
+    slots = plan_incumbent(evaluated, ctx.inc_version, ctx.model, state.cache.get(ctx.inc_version, {}),
+                           params.k)
     ctx.slots["incumbent"] = [s.to_json() for s in slots]
     ctx.phase = "incumbent"
     set_run_params(session, ctx.run_id, ctx.to_json())

@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from rsi_common.coord import Lease
-from rsi_common.db import get_agent, get_replay_row, get_run, get_world, save_replay_row
+from rsi_common.db import get_agent, get_replay_row, get_run, save_replay_row
 from rsi_common.db.models import ReplayRow
 from rsi_common.errors import CoordinationError, error_record
 from rsi_common.harness import Harness, materialize
 from rsi_common.kernel import RetryPolicy
 from rsi_common.replay import PolicySpec, ReplayResult, replay_world
-from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, turn_world
+from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, load_world
 from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, score
 from rsi_worker.consolidate.opening import renew_or_stop
 from rsi_worker.roles.judge import CriteriaJudge, request_text
@@ -120,8 +120,7 @@ def run_trial(deps: Deps, run_id: str, slot: TrialSlot) -> dict[str, Any]:
             }
         ctx = RoundContext.from_json(run.params or {})
         verdicts = dict(get_agent(session, ctx.agent_id).state.get("verdicts") or {})
-        world_row = get_world(session, slot.world_id)
-        world = turn_world(world_row) if world_row is not None else None
+        world = load_world(session, slot.world_id, ctx.agent_id)
         try:
             harness = _harness(session, ctx, slot.candidate, run.drafts or {})
         except Exception as exc:
