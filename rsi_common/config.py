@@ -154,6 +154,11 @@ class ConsolidationParams(_Frozen):
     """Implicit-signal pairs read per run."""
     world_pool: int = Field(60, ge=1)
     """Latest worlds read per run."""
+    agent_daily_tokens: int = Field(2_000_000, ge=0)
+    """Spend cap: consolidation tokens (role calls and replays) one agent may spend per UTC day;
+    0 = no cap (docs/consolidation/spend.md)."""
+    cluster_daily_tokens: int = Field(0, ge=0)
+    """Spend cap: consolidation tokens the whole cluster may spend per UTC day; 0 = no cap."""
     regression_worlds: int = Field(8, ge=0)
     """Lessons kept per agent and replayed in every round (0 = no regression set;
     docs/consolidation/regression.md)."""

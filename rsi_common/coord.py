@@ -65,6 +65,7 @@ from rsi_common.math.bounds import FLOAT_GUARD
 __all__ = [
     "DEFAULT_RUN_TTL_S",
     "HARNESS_CHANNEL",
+    "SPEND_TTL_S",
     "Bounds",
     "Coordinator",
     "Lease",
@@ -75,6 +76,7 @@ __all__ = [
     "lease_key",
     "pending_key",
     "slots_key",
+    "spend_key",
 ]
 
 HARNESS_CHANNEL = "rsi:harness"
@@ -113,7 +115,26 @@ def cancel_key(run: str, cand: str) -> str:
     return f"rsi:run:{run}:cancel:{cand}"
 
 
+def spend_key(day: str, agent: str | None = None) -> str:
+    """``rsi:spend:{day}:agent:{agent}`` / ``rsi:spend:{day}:cluster`` — consolidation tokens spent on a
+    UTC day (``YYYY-MM-DD``) by one agent / by the whole cluster."""
+    return f"rsi:spend:{day}:agent:{agent}" if agent is not None else f"rsi:spend:{day}:cluster"
+
+
+SPEND_TTL_S = 3 * 86_400
+"""Spend counters expire this long after their last write (a day's figures stay readable)."""
+
+
 # --- Lua ----------------------------------------------------------------------------------------
+
+# KEYS: agent spend, cluster spend. ARGV: tokens, ttl_ms. -> {agent total, cluster total}.
+_SPEND_ADD = """
+local a = redis.call('INCRBY', KEYS[1], ARGV[1])
+local c = redis.call('INCRBY', KEYS[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return {a, c}
+"""
 
 _NEXT_FENCE = """
 local function next_fence(key)
@@ -321,6 +342,7 @@ class Coordinator:
         self.margin = float(margin)
         self._try_begin = client.register_script(_TRY_BEGIN)
         self._renew = client.register_script(_RENEW)
+        self._spend_add = client.register_script(_SPEND_ADD)
         self._finish = client.register_script(_FINISH)
         self._begin_pending = client.register_script(_BEGIN_PENDING)
         self._delete_if = client.register_script(_DELETE_IF)
@@ -458,6 +480,20 @@ class Coordinator:
         """Delete the run keys of the given candidates; returns the number of keys deleted."""
         keys = [f(run, c) for c in candidates for f in (bound_key, slots_key, cancel_key)]
         return int(self.client.delete(*keys)) if keys else 0
+
+    # --- spend ----------------------------------------------------------------------------------
+
+    def spend_add(self, agent: str, tokens: int, day: str) -> tuple[int, int]:
+        """Add ``tokens`` to the agent's and the cluster's counters of ``day`` (atomically);
+        returns the new ``(agent, cluster)`` totals."""
+        reply = self._spend_add(keys=[spend_key(day, agent), spend_key(day)],
+                                args=[max(0, int(tokens)), SPEND_TTL_S * 1000])
+        return int(reply[0]), int(reply[1])
+
+    def spend(self, agent: str, day: str) -> tuple[int, int]:
+        """The ``(agent, cluster)`` tokens spent on ``day``."""
+        a, c = self.client.mget([spend_key(day, agent), spend_key(day)])
+        return int(_text(a) if a is not None else 0), int(_text(c) if c is not None else 0)
 
     # --- harness invalidation -------------------------------------------------------------------
 

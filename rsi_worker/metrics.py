@@ -117,6 +117,8 @@ class PrometheusMetrics(Metrics):
         self.redeliveries = counter("rsi_task_redeliveries", "Task deliveries after the first.", "task")
         self.capped = counter("rsi_task_redelivery_capped", "Deliveries answered by the redelivery cap.",
                               "task")
+        self.spend = counter("rsi_consolidation_tokens", "Tokens spent by closed runs (roles and replays).")
+        self.spend_capped = counter("rsi_spend_capped_runs", "Runs stopped by a spend cap.", "when")
         for status in RUN_STATUSES:
             self.runs.labels(status)
         for when in ("before", "during"):
@@ -130,6 +132,11 @@ class PrometheusMetrics(Metrics):
             self.model_calls.labels(role).inc(int(usage.get("calls", 0)))
             self.model_tokens.labels(role, "input").inc(int(usage.get("input_tokens", 0)))
             self.model_tokens.labels(role, "output").inc(int(usage.get("output_tokens", 0)))
+        spend = summary.get("spend") or {}
+        self.spend.inc(int(spend.get("tokens") or 0))
+        if spend.get("capped"):
+            when = "before" if "before the run" in str(summary.get("reason") or "") else "during"
+            self.spend_capped.labels(when).inc()
         if rerun:
             self.reruns.inc()
             self.contention.labels("run").inc()

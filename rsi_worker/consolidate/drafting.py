@@ -7,6 +7,7 @@ calling the proposer again.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +17,8 @@ from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, loa
 from rsi_worker.consolidate.draft import Draft, DraftContext, draft_candidate
 from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, bound_total, plan_candidate
 from rsi_worker.consolidate.incumbent import views_of
-from rsi_worker.consolidate.opening import Next, renew_or_stop
+from rsi_worker.consolidate.opening import Next, renew_or_stop, spend_stop
+from rsi_worker.consolidate.spend import charge, over_cap, usage_tokens
 from rsi_worker.consolidate.state import ConsolidationState
 from rsi_worker.consolidate.trials import row_json
 
@@ -79,10 +81,16 @@ def draft_step(deps: Deps, run_id: str, variant: str) -> dict[str, Any]:
     if stored is not None or run.status != "running":
         return dict(stored or {"variant": variant, "gate": "not_evaluated", "detail": "run closed"})
     renew_or_stop(deps, ctx)
+    if over_cap(deps, ctx.agent_id) is not None:  # the launch step ends the run as skipped
+        gated = Draft(variant=variant, gate="no_proposal", detail="spend cap reached: not drafted")
+        return store_draft(deps, run_id, ctx.agent_id, gated.to_json())
     dctx = _draft_context(deps, ctx)
     proposer, critic = deps.role(ctx, "proposer"), deps.role(ctx, "critic")
     draft: Draft = draft_candidate(dctx, variant, "ABCDEFGH".index(variant), proposer=proposer, critic=critic)
-    return store_draft(deps, run_id, ctx.agent_id, draft.to_json())
+    stored = store_draft(deps, run_id, ctx.agent_id, draft.to_json())
+    if stored.get("usage") == draft.usage:  # ours was stored (a redelivered draft charges nothing)
+        charge(deps, ctx.agent_id, usage_tokens(draft.usage))
+    return stored
 
 
 def interleave(per_candidate: Sequence[Sequence[TrialSlot]]) -> list[TrialSlot]:
@@ -110,6 +118,9 @@ def launch_candidates(deps: Deps, run_id: str) -> Next:
     if run.status != "running":
         return Next("stop", ctx)
     renew_or_stop(deps, ctx)
+    capped = spend_stop(deps, ctx, time.monotonic())
+    if capped is not None:
+        return capped
     p = deps.params
     live = [v for v in sorted(drafts) if drafts[v].get("gate") is None and drafts[v].get("payload")]
     rnd = ctx.round

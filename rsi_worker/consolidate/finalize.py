@@ -18,6 +18,7 @@ from rsi_common.db import Adoption, db_now, final_write, finish_run, get_agent, 
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.evaluate import INCUMBENT
 from rsi_worker.consolidate.result import ConsolidationResult, merge_usage
+from rsi_worker.consolidate.spend import spend_summary
 from rsi_worker.consolidate.state import ConsolidationState, prune_cache, remember, trim_records
 from rsi_worker.consolidate.trials import row_json
 
@@ -113,6 +114,7 @@ def finalize(
         now = session.execute(sa.select(db_now())).scalar_one()
         result.seconds = max(0.0, (now - run.started_at).total_seconds())  # the run's wall time
         result.usage = run_usage(ctx, rows, drafts)
+        result.spend = {**spend_summary(result.usage, rows), **result.spend}
         result.state = build_state(deps, ctx, result, start, rows)
         adoption = None
         if result.adopted and result.payload is not None and result.version is not None:

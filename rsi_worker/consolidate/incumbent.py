@@ -22,8 +22,9 @@ from rsi_common.math import (
 from rsi_common.math.calibrate import calibrate
 from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, load_worlds
 from rsi_worker.consolidate.evaluate import INCUMBENT, assemble
-from rsi_worker.consolidate.opening import Next, renew_or_stop
+from rsi_worker.consolidate.opening import Next, renew_or_stop, spend_stop
 from rsi_worker.consolidate.result import ConsolidationResult
+from rsi_worker.consolidate.spend import charge, usage_tokens
 from rsi_worker.consolidate.state import ConsolidationState
 from rsi_worker.consolidate.trials import row_json
 from rsi_worker.roles.analyst import View, analyze
@@ -139,6 +140,9 @@ def after_incumbent(deps: Deps, run_id: str) -> Next:
         incumbent = load_harness(session, ctx.agent_id, ctx.start_version)
         session.commit()  # end the read transaction (keeps loaded rows usable)
     renew_or_stop(deps, ctx)
+    capped = spend_stop(deps, ctx, t0)
+    if capped is not None:
+        return capped
     inc_ev = assemble(ctx.worlds, ctx.checks, rows, p.k, "incumbent").ev
     assert inc_ev is not None
     if not valid_measurement(inc_ev, p.invalid_missing_frac):
@@ -186,6 +190,7 @@ def after_incumbent(deps: Deps, run_id: str) -> Next:
     analyst = deps.role(ctx, "analyst")
     ctx.analysis = analyze(analyst, views_of(ctx, worlds, rows, inc_ev), state.analysis)
     ctx.usage["analyst"] = analyst.usage()
+    charge(deps, ctx.agent_id, usage_tokens({"analyst": ctx.usage["analyst"]}))
     ctx.phase = "drafting"
     with deps.sessions() as session:
         set_run_params(session, run_id, ctx.to_json())

@@ -29,7 +29,7 @@ from rsi_common.math import (
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.evaluate import Assembled, StopContext, assemble
 from rsi_worker.consolidate.incumbent import records_of
-from rsi_worker.consolidate.opening import Next, renew_or_stop
+from rsi_worker.consolidate.opening import Next, renew_or_stop, spend_stop
 from rsi_worker.consolidate.regression import lessons_learned, regression_guard
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.state import ConsolidationState
@@ -162,6 +162,9 @@ def judge_round(deps: Deps, run_id: str) -> Next:
     if status != "running":
         return Next("stop", ctx)
     renew_or_stop(deps, ctx)
+    capped = spend_stop(deps, ctx, t0)
+    if capped is not None:
+        return capped
     p, rnd, t = deps.params, ctx.round, ctx.t
     inc_ev = EvalResult.from_json(rnd["inc_ev"])
     stop = StopContext(float(rnd["S_star"]), float(rnd["delta"]), float(rnd["S_t"]), p.invalid_missing_frac)

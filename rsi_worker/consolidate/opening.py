@@ -34,11 +34,12 @@ from rsi_worker.consolidate.evaluate import TrialSlot, plan_incumbent
 from rsi_worker.consolidate.regression import add_lessons
 from rsi_worker.consolidate.result import ConsolidationResult, Status
 from rsi_worker.consolidate.signals import checks_for, negative, unread_pairs
+from rsi_worker.consolidate.spend import charge, over_cap, usage_tokens
 from rsi_worker.consolidate.state import EMPTY_DIGEST, ConsolidationState, signal_digest
 from rsi_worker.consolidate.worlds import PoolWorld, WorldPool, needs_answer, select_worlds
 from rsi_worker.roles.signal import implicit_signal
 
-__all__ = ["KIND_CONSOLIDATE", "MAX_KIND_CHARS", "Next", "open_run", "renew_or_stop"]
+__all__ = ["KIND_CONSOLIDATE", "MAX_KIND_CHARS", "Next", "open_run", "renew_or_stop", "spend_stop"]
 
 KIND_CONSOLIDATE = "consolidate"
 """Run kind of a host-triggered run (and of its re-runs)."""
@@ -88,6 +89,18 @@ def _final(ctx: RoundContext, status: Status, reason: str, t0: float) -> Next:
     return Next("final", ctx, result=result)
 
 
+def spend_stop(deps: Deps, ctx: RoundContext, t0: float) -> Next | None:
+    """A ``skipped`` result when a spend cap is reached (docs/consolidation/spend.md), else None."""
+    spend = over_cap(deps, ctx.agent_id)
+    if spend is None:
+        return None
+    when = "before the run" if ctx.phase == "open" else "mid-run"
+    nxt = _final(ctx, "skipped", f"spend cap reached {when}: {spend.reason()}", t0)
+    assert nxt.result is not None
+    nxt.result.spend = {"capped": True, **spend.to_json()}
+    return nxt
+
+
 def _read_implicit(deps: Deps, session: Session, ctx: RoundContext, worlds: list[PoolWorld]) -> None:
     """Step 3: read the unread pairs' next messages; write each verdict to its world at once.
 
@@ -108,6 +121,7 @@ def _read_implicit(deps: Deps, session: Session, ctx: RoundContext, worlds: list
         prev.signals["implicit"] = verdict
         ctx.signals_read[prev.id] = dict(prev.signals)
     ctx.usage["signal"] = reader.usage()
+    charge(deps, ctx.agent_id, usage_tokens({"signal": ctx.usage["signal"]}))
 
 
 def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CONSOLIDATE) -> Next:
@@ -151,6 +165,9 @@ def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
         agent = get_agent(session, lease.agent)
         if agent.frozen:
             return _final(ctx, "skipped", "agent is frozen", t0)
+        capped = spend_stop(deps, ctx, t0)
+        if capped is not None:
+            return capped
         state = ConsolidationState.from_json(agent.state)
         ctx.t = state.t
         pool = WorldPool(session, load_latest_heads(session, lease.agent, params.world_pool))

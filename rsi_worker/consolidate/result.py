@@ -39,6 +39,9 @@ class ConsolidationResult:
     usage: dict[str, dict[str, int]] = field(default_factory=dict)
     run_id: str | None = None
     error: dict[str, Any] | None = None
+    spend: dict[str, Any] = field(default_factory=dict)
+    """Tokens spent (``tokens``, ``role_tokens``, ``replay_tokens``) and, when a spend cap stopped the
+    run, ``capped`` with today's figures (docs/consolidation/spend.md)."""
 
     def summary(self) -> dict[str, Any]:
         """Every field except ``state`` and ``payload``."""
@@ -52,6 +55,7 @@ class ConsolidationResult:
             "signals": self.signals,
             "seconds": round(self.seconds, 3),
             "usage": self.usage,
+            "spend": self.spend,
         }
         if self.run_id is not None:
             out["run_id"] = self.run_id

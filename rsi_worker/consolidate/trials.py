@@ -23,6 +23,7 @@ from rsi_common.replay import PolicySpec, ReplayResult, replay_world
 from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, load_world
 from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, score
 from rsi_worker.consolidate.opening import renew_or_stop
+from rsi_worker.consolidate.spend import charge, over_cap, usage_tokens
 from rsi_worker.roles.judge import CriteriaJudge, request_text
 
 __all__ = ["row_json", "run_trial", "slot_key"]
@@ -142,7 +143,12 @@ def run_trial(deps: Deps, run_id: str, slot: TrialSlot) -> dict[str, Any]:
     if world is None or harness is None:
         error = "world no longer stored" if world is None else harness_error
         return _store(deps, ctx, slot, status="missing", weight=len(checks), result={"error": error})
+    if slot.source == "replay" and over_cap(deps, ctx.agent_id) is not None:
+        return _store(deps, ctx, slot, status="missing", weight=len(checks),
+                      result={"error": "spend cap reached: not replayed"})
     replay = _result_of(deps, ctx, slot, world, harness)
+    if slot.source == "replay":
+        charge(deps, ctx.agent_id, int(replay.policy_tokens or 0))
     if replay.status == "cancelled":
         return _store(deps, ctx, slot, status="cancelled", result={"replay": replay.to_json()})
     if replay.missing:
@@ -160,6 +166,7 @@ def run_trial(deps: Deps, run_id: str, slot: TrialSlot) -> dict[str, Any]:
         checks, request_text(world.request, world.history), replay.answer, judge.verdict
     )
     passed = sum(1 for v in graded if v["pass"])
+    charge(deps, ctx.agent_id, usage_tokens({"judge": judge_client.usage()}))
     result = {
         "replay": replay.to_json(),
         "passed": passed,

@@ -28,8 +28,11 @@ def test_a_repeated_correction_adopts_nothing(tmp_path: Path, seed: int) -> None
     """The issue's case: after the lesson is adopted, the user repeats it on a turn where noise dropped
     the trait. The incumbent is not scored by that failed answer (outcome-selected world: fresh
     replays), and a candidate that restates the instruction is a duplicate: nothing is adopted."""
-    settings = Settings(database_url=f"sqlite:///{tmp_path / 'rsi.db'}", model_backoff_s=0,
-                        sim=SimConfig(noise=0.25, seed=seed))
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'rsi.db'}",
+        model_backoff_s=0,
+        sim=SimConfig(noise=0.25, seed=seed),
+    )
     stack = Stack(settings)
     try:
         _learned(stack)

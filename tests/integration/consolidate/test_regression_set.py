@@ -38,8 +38,14 @@ def test_an_adoption_learns_its_fixed_worlds(stack: Stack) -> None:
     assert "missing-table" in rows[0].lesson and rows[0].checks
     assert result.round["learned"] == [{"world_id": rows[0].world_id, "lesson": rows[0].lesson}]
     again = learn(stack, "c2", "phones", BRIEF)  # the next round replays the lesson
-    assert again.round["lessons"] == [{"world_id": rows[0].world_id, "lesson": rows[0].lesson,
-                                       "run_id": result.run_id, "version": result.version}]
+    assert again.round["lessons"] == [
+        {
+            "world_id": rows[0].world_id,
+            "lesson": rows[0].lesson,
+            "run_id": result.run_id,
+            "version": result.version,
+        }
+    ]
     assert rows[0].world_id in again.round["worlds"]
 
 
@@ -51,10 +57,19 @@ def _drop_instructions_proposer(stack: Stack) -> ScriptedProposer:
     manifest = json.loads(old)
     manifest["components"][0]["params"]["extra_blocks"] = [BRIEF_TEXT]
     new = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
-    edit = {"id": "E1", "component": "prompt", "hypothesis": "one short instruction is enough",
-            "targets_mode": "missing-brief", "predicted_affected": [], "retroactive_check": "corrective: -"}
-    script = [{"action": "edit_file", "path": "manifest.json", "old": old, "new": new},
-              {"action": "done", "summary": "replace the blocks", "edits": [edit]}, {"action": "abort"}]
+    edit = {
+        "id": "E1",
+        "component": "prompt",
+        "hypothesis": "one short instruction is enough",
+        "targets_mode": "missing-brief",
+        "predicted_affected": [],
+        "retroactive_check": "corrective: -",
+    }
+    script = [
+        {"action": "edit_file", "path": "manifest.json", "old": old, "new": new},
+        {"action": "done", "summary": "replace the blocks", "edits": [edit]},
+        {"action": "abort"},
+    ]
     return ScriptedProposer({"A": script}, fallback=stack.deps.models("sim", "sim-1", "proposer"))
 
 
@@ -65,8 +80,9 @@ def test_a_proposer_that_drops_a_learned_instruction_is_rejected_naming_the_less
         first = learn(stack, "c1", "laptops", CORRECTION)
         assert first.status == "adopted"
         proposer = _drop_instructions_proposer(stack)
-        stack.deps = type(stack.deps)(stack.settings, stack.sessions, stack.coord,
-                                      models_with(settings, proposer=lambda c: proposer))
+        stack.deps = type(stack.deps)(
+            stack.settings, stack.sessions, stack.coord, models_with(settings, proposer=lambda c: proposer)
+        )
         result = learn(stack, "c2", "phones", BRIEF)
         a = next(c for c in result.round["candidates"] if c["variant"] == "A")
         assert a["outcome"] == "REJECTED" and a["reason_code"] == "guard", a["detail"]
@@ -110,8 +126,11 @@ def test_the_bound_drops_the_least_recently_used(engine: object) -> None:
 
 
 def test_no_regression_set_when_disabled(tmp_path: Path) -> None:
-    settings = Settings(database_url=f"sqlite:///{tmp_path / 'rsi.db'}", model_backoff_s=0,
-                        consolidation=ConsolidationParams(regression_worlds=0))
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'rsi.db'}",
+        model_backoff_s=0,
+        consolidation=ConsolidationParams(regression_worlds=0),
+    )
     stack = Stack(settings)
     try:
         assert learn(stack, "c1", "laptops", CORRECTION).status == "adopted"
