@@ -19,8 +19,8 @@ POSITIVE = {
 }
 
 
-def test_labels_in_spec_order() -> None:
-    assert [label for label, _ in CREDENTIAL_PATTERNS] == list(POSITIVE)
+def test_original_labels_first_in_order() -> None:
+    assert [label for label, _ in CREDENTIAL_PATTERNS][: len(POSITIVE)] == list(POSITIVE)
 
 
 @pytest.mark.parametrize(("label", "text"), POSITIVE.items())
