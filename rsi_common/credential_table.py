@@ -43,6 +43,8 @@ class CredentialPattern:
         before: how far before an anchor a match can start (the window reaches that far back).
         gate: a cheap regex that must match right after an anchor in the lower-cased text for the
             occurrence to open a window (e.g. a ``:`` or ``=`` after ``password``).
+        tail: what follows a match and is redacted with it (the body of a private key after its
+            header line); detection needs only :attr:`regex`.
     """
 
     label: str
@@ -52,6 +54,15 @@ class CredentialPattern:
     check: Callable[[re.Match[str]], bool] | None = None
     before: int = 0
     gate: re.Pattern[str] | None = None
+    tail: re.Pattern[str] | None = None
+
+    def secret_span(self, m: re.Match[str]) -> tuple[int, int]:
+        """The part of a match ``redact`` replaces: the ``value`` group, else the match, plus :attr:`tail`."""
+        start, end = m.span("value") if "value" in self.regex.groupindex else m.span()
+        if self.tail is not None:
+            follow = self.tail.match(m.string, end)
+            end = follow.end() if follow is not None else end
+        return start, end
 
     def windows(self, low: str, present: Collection[str] | None = None,
                 memo: dict[tuple[str, str], list[int]] | None = None) -> list[tuple[int, int]]:
@@ -115,16 +126,18 @@ def _finder(anchor: str, gate: str) -> re.Pattern[str]:
 
 _PLACEHOLDER = re.compile(
     r"""(?ix)
-    (?: < | \$\{? [a-z_] | \{\{ | %\( | \*{3} | x{4} | \.{3} | … | \[? redacted | \#{3} )
-    | (?: changeme | change_me | placeholder | your[_\-] | insert[_\-] | enter[_\-] | replace[_\-] )
+    (?: < | \$\{? [a-z_] | \{ | %\( | \*{3} | x{4} | \.{3} | … | \[? redacted | \#{3} )
+    | (?: change[_\-]?me | placeholder | your[_\-] | insert[_\-] | enter[_\-] | replace[_\-] )
     | (?: example | sample | dummy | fake | test | todo | tbd | fixme | set[_\-]?me ) (?: [_\-.] | $ )
     | (?: none | null | nil | undefined | required | optional | empty | hidden | masked | omitted | secret
-        | password | passwd | token | string | value | true | false | unknown | invalid | incorrect
-        | missing | expired | revoked | provided | here | same | default | blank ) $
+        | password | passwd | pass | pwd | pw | token | string | value | true | false | unknown | invalid
+        | incorrect | missing | expired | revoked | provided | here | same | default | blank ) $
     """
 )
-"""A value that only stands for a secret: ``<token>``, ``${VAR}``, ``{{x}}``, ``***``, ``xxxx``,
+"""A value that only stands for a secret: ``<token>``, ``${VAR}``, ``{name}``, ``***``, ``xxxx``,
 ``changeme``, ``your_api_key``, or one of a few words (``required``, ``none``, …) as the whole value."""
+_TYPE_NAME = re.compile(r"(?:[A-Z][a-z]+){2,}")
+"""A type in an annotation (``api_key: SecretStr``): two or more capitalised words, letters only."""
 
 _ENV_NAME = re.compile(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
@@ -134,8 +147,9 @@ _INNER_UPPER = re.compile(r".[A-Z]")
 def is_placeholder(value: str) -> bool:
     """``value`` stands for a secret instead of being one (``<token>``, ``${X}``, ``changeme``, an
     environment variable name such as ``OPENAI_API_KEY``, a dotted attribute path such as
-    ``settings.api_key``)."""
-    return bool(_PLACEHOLDER.match(value) or _ENV_NAME.fullmatch(value) or _DOTTED.fullmatch(value))
+    ``settings.api_key``, a type name such as ``SecretStr``)."""
+    return bool(_PLACEHOLDER.match(value) or _ENV_NAME.fullmatch(value) or _DOTTED.fullmatch(value)
+                or _TYPE_NAME.fullmatch(value))
 
 
 def tokenish(value: str) -> bool:
@@ -206,8 +220,17 @@ _QUERY_NAME = (
 
 def _p(label: str, regex: str, anchors: tuple[str, ...], shape: str, *,
        check: Callable[[re.Match[str]], bool] | None = None, before: int = 0,
-       gate: re.Pattern[str] | None = None) -> CredentialPattern:
-    return CredentialPattern(label, re.compile(regex), anchors, shape, check, before, gate)
+       gate: re.Pattern[str] | None = None, tail: re.Pattern[str] | None = None) -> CredentialPattern:
+    return CredentialPattern(label, re.compile(regex), anchors, shape, check, before, gate, tail)
+
+
+_NL = r"(?:\r?\n|\\n)"
+_KEY_BODY = re.compile(
+    rf"(?:{_NL}[A-Za-z\-]+:[^\n]*|(?:{_NL}|[ \t])+[A-Za-z0-9+/=]{{2,}})*"
+    rf"(?:(?:{_NL}|\s)*-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----)?"
+)
+"""The body of a PEM or PGP private key after its header (base64 lines, ``Proc-Type:`` fields, the END
+line), with real or escaped (``\\n``) line breaks."""
 
 
 _ASSIGNED = re.compile(r"""[a-z0-9_.\-]{0,40}["']?\s*[:=]""")
@@ -224,13 +247,13 @@ PATTERNS: tuple[CredentialPattern, ...] = (
     _p("api key assignment", r"(?i)api[_-]?key\s*[:=]\s*[\"'][^\"'\s]{8,}[\"']", ("api",),
        "api_key = '<8 or more chars>' (quoted)", gate=_ASSIGNED),
     _p("private key", r"-----BEGIN [A-Z ]*PRIVATE KEY-----", ("-----begin",),
-       "-----BEGIN <TYPE> PRIVATE KEY-----"),
+       "-----BEGIN <TYPE> PRIVATE KEY-----", tail=_KEY_BODY),
     _p("aws key", r"\bAKIA[0-9A-Z]{16}\b", ("akia",), "AKIA + 16 [A-Z0-9] (access key id)"),
     _p("github token", r"\bghp_[A-Za-z0-9]{20,}", ("ghp_",), "ghp_ + 20 or more [A-Za-z0-9]"),
     _p("gitlab token", r"\bglpat-[A-Za-z0-9_\-]{20,}", ("glpat-",), "glpat- + 20 or more [A-Za-z0-9_-]"),
     _p("slack token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}", ("xox",), "xoxb-/xoxp-/… + 10 or more"),
     _p("json secret", r"(?i)\"(api_key|apikey|secret|password|access_token)\"\s*:\s*\"[^\"]{8,}\"",
-       ("api", "secret", "password", "access_token"), '"password": "<8 or more chars>"',
+       ("api", "secret", "password", "access_token"), '"password": "<value>" (value of 8 or more chars)',
        before=1, gate=_ASSIGNED),
     # --- extensions ---
     _p("jwt", rf"\beyJ{_TOK}{{10,}}\.{_TOK}{{10,}}\.{_TOK}*", ("eyj",),
@@ -275,8 +298,8 @@ PATTERNS: tuple[CredentialPattern, ...] = (
        ("hooks.slack.com",), "https://hooks.slack.com/services/<T…>/<B…>/<secret>"),
     _p("slack app token", r"\bxapp-\d-[A-Za-z0-9\-]{10,}", ("xapp-",), "xapp-<n>- + 10 or more"),
     _p("google oauth secret", r"\bGOCSPX-[A-Za-z0-9_\-]{20,}", ("gocspx-",), "GOCSPX- + 20 or more"),
-    _p("pgp private key", r"-----BEGIN PGP PRIVATE KEY BLOCK-----", ("-----begin",),
-       "-----BEGIN PGP PRIVATE KEY BLOCK-----"),
+    _p("pgp private key", r"-----BEGIN PGP PRIVATE KEY BLOCK-{5}", ("-----begin",),
+       "the armor line BEGIN PGP PRIVATE KEY BLOCK between five dashes each side", tail=_KEY_BODY),
     _p("gitlab other token",
        r"\b(?:gl(?:dt|rt|ptt|ft|soat|cbt|oas|imt|agent)-|GR1348941)[A-Za-z0-9_\-]{20,}", _GITLAB,
        "gldt-/glrt-/glptt-/… or GR1348941 + 20 or more"),

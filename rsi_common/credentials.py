@@ -131,8 +131,9 @@ def find_in(value: Any, path: str) -> tuple[str, list[str]] | None:
             for k, item in v.items():
                 sub = f"{where}.{safe_key(k)}" if where else safe_key(k)
                 labels = find_credentials(str(k))
-                if not labels and isinstance(item, str):
-                    labels = find_credentials(json.dumps({str(k): item}, ensure_ascii=False))
+                if not labels and isinstance(item, str):  # the value itself first, then the pair
+                    labels = find_credentials(item) or find_credentials(
+                        json.dumps({str(k): item}, ensure_ascii=False))
                 if labels:
                     return sub, labels
                 children.append((sub, item))
@@ -148,7 +149,7 @@ def find_in(value: Any, path: str) -> tuple[str, list[str]] | None:
 
 def redact(text: str, replacement: str = REDACTED) -> str:
     """``text`` with every credential replaced by ``replacement`` (the ``value`` part of shapes that
-    name one, such as ``password: <value>``; else the whole match).
+    name one, such as ``password: <value>``; else the whole match; a private key with its body).
 
     Text without a credential is returned unchanged; text with one is returned normalised.
     """
@@ -157,8 +158,7 @@ def redact(text: str, replacement: str = REDACTED) -> str:
     spans: list[tuple[int, int]] = []
     memo: dict[tuple[str, str], list[int]] = {}
     for p in candidates:
-        group = "value" if "value" in p.regex.groupindex else 0
-        spans += [m.span(group) for m in p.finditer(norm, low, present, memo)]
+        spans += [p.secret_span(m) for m in p.finditer(norm, low, present, memo)]
     if not spans:
         return text
     out: list[str] = []

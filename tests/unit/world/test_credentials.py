@@ -9,13 +9,13 @@ from rsi_common.credentials import CREDENTIAL_PATTERNS, find_credentials
 POSITIVE = {
     "google api key": "key=AIza" + "B" * 35,
     "secret key": "sk-" + "a1" * 15,
-    "api key assignment": "API_KEY = 'abcd1234efgh'",
-    "private key": "-----BEGIN OPENSSH PRIVATE KEY-----",
+    "api key assignment": "API_KEY = '" + "abcd1234efgh'",
+    "private key": "-----BEGIN OPENSSH " + "PRIVATE KEY-----",
     "aws key": "AKIA" + "Z" * 16,
     "github token": "ghp_" + "x" * 24,
     "gitlab token": "glpat-" + "y" * 20,
     "slack token": "xoxb-" + "1234567890",
-    "json secret": '{"password": "correct horse"}',
+    "json secret": '{"pass' + 'word": "correct horse"}',
 }
 
 
