@@ -28,6 +28,7 @@ from rsi_common.credential_table import PATTERNS, CredentialPattern
 
 __all__ = [
     "CREDENTIAL_PATTERNS",
+    "PAIR_VALUE_CHARS",
     "PATTERNS",
     "REDACTED",
     "CredentialPattern",
@@ -77,6 +78,9 @@ def _anchor_groups() -> dict[str, tuple[str, ...]]:
 _ANCHOR_GROUPS = _anchor_groups()
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^\s/?#@:]*:)(?P<pw>[^@\s/]+)(?P<at>@)")
 _SAFE_REPR_CHARS = 80
+_VALUE: Any = object()
+PAIR_VALUE_CHARS = 512
+"""Characters of a string value put into its ``{"key": value}`` pair by :func:`find_in`."""
 
 
 def normalise(text: str) -> str:
@@ -115,31 +119,33 @@ def find_in(value: Any, path: str) -> tuple[str, list[str]] | None:
     """The first credential under a JSON-like ``value``: ``(field path, labels)``, else ``None``.
 
     Scans every string, every dict key, every ``{"key": "string value"}`` pair as JSON (so
-    ``{"api_key": "…"}`` is caught by the assignment shapes) and the ``str()`` of any other object
-    but a number, depth first in document order, without recursion. Paths look like
+    ``{"api_key": "…"}`` is caught by the assignment shapes; the pair holds the value's first
+    :data:`PAIR_VALUE_CHARS` characters, enough for every shape that starts at the key) and the ``str()``
+    of any other object but a number, depth first in document order, without recursion. Paths look like
     ``trajectory.steps[2].note``; a key that is itself credential-shaped appears as ``<redacted key>``.
     """
-    stack: list[tuple[str, Any]] = [(path, value)]
+    stack: list[tuple[str, Any, Any]] = [(path, _VALUE, value)]
     while stack:
-        where, v = stack.pop()
-        if isinstance(v, str):
+        where, key, v = stack.pop()
+        if key is not _VALUE:  # a dict entry: its key, then a string value and the pair, else descend
+            labels = find_credentials(str(key))
+            if not labels and isinstance(v, str):
+                labels = find_credentials(v) or find_credentials(
+                    json.dumps({str(key): v[:PAIR_VALUE_CHARS]}, ensure_ascii=False))
+                if not labels:
+                    continue
+            if labels:
+                return where, labels
+            stack.append((where, _VALUE, v))
+        elif isinstance(v, str):
             labels = find_credentials(v)
             if labels:
                 return where, labels
         elif isinstance(v, Mapping):
-            children: list[tuple[str, Any]] = []
-            for k, item in v.items():
-                sub = f"{where}.{safe_key(k)}" if where else safe_key(k)
-                labels = find_credentials(str(k))
-                if not labels and isinstance(item, str):  # the value itself first, then the pair
-                    labels = find_credentials(item) or find_credentials(
-                        json.dumps({str(k): item}, ensure_ascii=False))
-                if labels:
-                    return sub, labels
-                children.append((sub, item))
-            stack.extend(reversed(children))
+            stack.extend(reversed([(f"{where}.{safe_key(k)}" if where else safe_key(k), k, item)
+                                   for k, item in v.items()]))
         elif isinstance(v, list | tuple):
-            stack.extend(reversed([(f"{where}[{i}]", item) for i, item in enumerate(v)]))
+            stack.extend(reversed([(f"{where}[{i}]", _VALUE, item) for i, item in enumerate(v)]))
         elif v is not None and not isinstance(v, bool | int | float):
             labels = find_credentials(str(v))  # a host object stored as its text
             if labels:

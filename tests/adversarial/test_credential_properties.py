@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rsi_common.credentials import find_credentials, find_in, normalise, redact
+from rsi_common.credentials import PATTERNS, find_credentials, find_in, normalise, redact
 from tests.adversarial.credentials_support import POSITIVE, ZERO_WIDTH
 
 ANY_CHAR = st.one_of(
@@ -53,3 +53,15 @@ def test_hidden_credential_in_random_text_is_found(entry: dict[str, Any], before
     assert entry["label"] in find_credentials(text)
     hit = find_in({"note": text}, "metadata")
     assert hit is not None and hit[0] == "metadata.note"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pieces=st.lists(st.one_of(ANY_TEXT, st.sampled_from(POSITIVE).map(lambda e: str(e["text"]))),
+                    min_size=1, max_size=5),
+)
+def test_prefilter_and_windows_change_no_result(pieces: list[str]) -> None:
+    """The anchors, gates and windows only skip work: a full scan of every regex finds the same labels."""
+    text = " ".join(pieces)
+    norm = normalise(text)
+    assert find_credentials(text) == [p.label for p in PATTERNS if p.hits(norm)]
