@@ -204,9 +204,11 @@ class Settings(BaseSettings):
     )
 
     database_url: str = "sqlite:///.rsi/rsi.db"
-    """SQLAlchemy URL of the durable state (PostgreSQL in production, SQLite embedded)."""
+    """SQLAlchemy URL of the durable state: ``postgresql+psycopg://…`` in production, ``sqlite:///…``
+    embedded (other schemes are refused)."""
     redis_url: str | None = None
-    """Broker, result backend and coordination; ``None`` selects an embedded mode."""
+    """Broker, result backend and coordination (``redis://``, ``rediss://``, ``unix://``,
+    ``redis+socket://``); unset or empty selects an embedded mode."""
     home: Path = Path(".rsi")
     """Directory of embedded-mode state (SQLite file, private redis-server socket)."""
     mode: Literal["production", "paper"] = "production"

@@ -22,7 +22,8 @@ PASSWORD = "Pw" + "9f3kLq2xZ8"
 
 BAD: dict[str, tuple[dict[str, str], str]] = {
     "redis url not a url": ({"RSI_REDIS_URL": "notaurl"}, "RSI_REDIS_URL"),
-    "redis url amqp": ({"RSI_REDIS_URL": f"amqp://guest:{PASSWORD}@rabbit:5672//"}, "'amqp' is not supported"),
+    "redis url amqp": ({"RSI_REDIS_URL": f"amqp://guest:{PASSWORD}@rabbit:5672//"},
+                       "'amqp' is not supported"),
     "redis port out of range": ({"RSI_REDIS_URL": "redis://cache:99999/0"}, "RSI_REDIS_URL"),
     "redis url without host": ({"RSI_REDIS_URL": "redis://"}, "needs a host"),
     "database mysql": ({"RSI_DATABASE_URL": f"mysql://app:{PASSWORD}@db/app"}, "'mysql' is not supported"),
@@ -40,7 +41,8 @@ BAD: dict[str, tuple[dict[str, str], str]] = {
     "visibility below hard": ({"RSI_VISIBILITY_TIMEOUT_S": "600"}, "visibility_timeout_s"),
     "log level": ({"RSI_LOG_LEVEL": "loud"}, "RSI_LOG_LEVEL"),
     "lease zero": ({"RSI_LEASE_S": "0"}, "RSI_LEASE_S"),
-    "openai endpoint scheme": ({"RSI_OPENAI_BASE_URL": f"ftp://u:{PASSWORD}@host/v1"}, "'ftp' is not supported"),
+    "openai endpoint scheme": ({"RSI_OPENAI_BASE_URL": f"ftp://u:{PASSWORD}@host/v1"},
+                               "'ftp' is not supported"),
     "role endpoint port": ({"RSI_ROLE_CRITIC_BASE_URL": "http://host:70000/v1"}, "RSI_ROLE_CRITIC_BASE_URL"),
     "model factory": ({"RSI_MODEL_FACTORY": "not a factory"}, "RSI_MODEL_FACTORY"),
     "unknown setting": ({"RSI_LEASE": "5"}, "RSI_LEASE"),
@@ -72,7 +74,8 @@ def _commands(tmp: Path) -> dict[str, list[str]]:
 
 
 def _base_env(tmp: Path) -> dict[str, str]:
-    return {"RSI_HOME": str(tmp / "home"), "RSI_DATABASE_URL": f"sqlite:///{tmp / 'rsi.db'}", "COLUMNS": "200"}
+    return {"RSI_HOME": str(tmp / "home"), "RSI_DATABASE_URL": f"sqlite:///{tmp / 'rsi.db'}",
+            "COLUMNS": "200"}
 
 
 def _check_one_line(code: int, stdout: str, stderr: str, mention: str) -> None:

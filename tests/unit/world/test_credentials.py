@@ -49,7 +49,8 @@ def test_several_labels_each_once() -> None:
 
 
 ORIGINAL_REGEXES = (
-    r"AIza[0-9A-Za-z_\-]{35}", r"\bsk-[A-Za-z0-9_\-]{20,}", r"(?i)api[_-]?key\s*[:=]\s*[\"'][^\"'\s]{8,}[\"']",
+    r"AIza[0-9A-Za-z_\-]{35}", r"\bsk-[A-Za-z0-9_\-]{20,}",
+    r"(?i)api[_-]?key\s*[:=]\s*[\"'][^\"'\s]{8,}[\"']",
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----", r"\bAKIA[0-9A-Z]{16}\b", r"\bghp_[A-Za-z0-9]{20,}",
     r"\bglpat-[A-Za-z0-9_\-]{20,}", r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
     r"(?i)\"(api_key|apikey|secret|password|access_token)\"\s*:\s*\"[^\"]{8,}\"",
