@@ -44,6 +44,7 @@ from sqlalchemy.orm import Session
 from rsi_common import db
 from rsi_common.config import Settings
 from rsi_common.coord import Coordinator
+from rsi_common.credentials import safe_repr
 from rsi_common.dispatch import Dispatcher, KombuDispatcher, redis_py_url
 from rsi_common.errors import InvalidInput, SettingsError
 from rsi_common.handoff import COORD_ERRORS, trigger_consolidation
@@ -179,7 +180,7 @@ def _version_arg(version: str | None) -> str | None:
     if version is None or version == H0_VERSION:
         return None
     if not isinstance(version, str) or not version:
-        raise InvalidInput(f"version must be a stored version id or None (H0), got {version!r}")
+        raise InvalidInput(f"version must be a stored version id or None (H0), got {safe_repr(version)}")
     return version
 
 
@@ -313,14 +314,14 @@ class RsiClient:
             CredentialError: a signal looks like a credential.
         """
         if not isinstance(io_id, str) or not io_id:
-            raise InvalidInput(f"io_id must be a non-empty string, got {io_id!r}")
+            raise InvalidInput(f"io_id must be a non-empty string, got {safe_repr(io_id)}")
         clean = check_signals(signals)
         with self._sessions.begin() as s:
             frozen = db.get_agent(s, agent_id).frozen
             row = db.update_signals(s, agent_id, clean, io_id=io_id)
             if row is None:
-                raise InvalidInput(f"agent {agent_id!r} has no stored world for io {io_id!r} "
-                                   "(never recorded, or removed by retention)")
+                raise InvalidInput(f"agent {safe_repr(agent_id)} has no stored world for io "
+                                   f"{safe_repr(io_id)} (never recorded, or removed by retention)")
             if not frozen:
                 row.enqueued_at = None
         recorded = RecordedTurn(row.id, row.io_id, row.seq, row.replayable, "frozen")
@@ -508,7 +509,7 @@ class RsiClient:
         if not plan.io_id:
             raise InvalidInput("plan.io_id: a recorded turn needs the host's turn id")
         if plan.agent_id and plan.agent_id != agent_id:
-            raise InvalidInput(f"plan.agent_id {plan.agent_id!r} differs from {agent_id!r}")
+            raise InvalidInput(f"plan.agent_id {safe_repr(plan.agent_id)} differs from {safe_repr(agent_id)}")
         if not plan.agent_id:
             plan = dataclasses.replace(plan, agent_id=agent_id)
         harness, label = self._resolve(agent_id)

@@ -26,17 +26,19 @@ Unknown keys are an error. Decisions where the spec is silent:
   error (a misspelt signal must not vanish); a string that matches a credential pattern is refused.
 * The trajectory is checked the same way for credentials (it should carry none by construction);
   a missing ``trajectory_id`` is generated.
+* Error messages name the field path and, for a credential, the pattern labels — never a value that
+  could be a secret (``docs/security/credentials.md``): a type or a range is named instead, an id is
+  shown by :func:`~rsi_common.credentials.safe_repr`, a credential-shaped key as ``<redacted key>``.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rsi_common.credentials import find_credentials
+from rsi_common.credentials import describe, find_in, safe_key, safe_repr
 from rsi_common.errors import CredentialError, InvalidInput, WorldError
 from rsi_common.kernel import TurnResult
 from rsi_common.world import finalize_world
@@ -69,10 +71,10 @@ class ParsedTurn:
 
 
 def _refuse(where: str, value: Any) -> None:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    labels = find_credentials(text)
-    if labels:
-        raise CredentialError(f"{where}: looks like a credential ({', '.join(labels)}); refused")
+    hit = find_in(value, where)
+    if hit is not None:
+        path, labels = hit
+        raise CredentialError(f"{path}: looks like a credential ({describe(labels)}); refused")
 
 
 def check_signals(signals: Any, where: str = "signals") -> dict[str, Any]:
@@ -88,15 +90,16 @@ def check_signals(signals: Any, where: str = "signals") -> dict[str, Any]:
         raise InvalidInput(f"{where}: must be an object, got {type(signals).__name__}")
     out: dict[str, Any] = {}
     for key, value in signals.items():
-        name = f"{where}.{key}"
+        name = f"{where}.{safe_key(key)}"
         if key == "implicit":
             continue
         if key not in SIGNAL_KEYS:
             raise InvalidInput(f"{name}: unknown signal; known: {', '.join(SIGNAL_KEYS)}")
         if key == "stars":
-            ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 5)
-            if not ok:
-                raise InvalidInput(f"{name}: must be an integer 1..5 or null, got {value!r}")
+            is_int = isinstance(value, int) and not isinstance(value, bool)
+            if not (value is None or (is_int and 1 <= value <= 5)):
+                got = "an integer out of range" if is_int else type(value).__name__
+                raise InvalidInput(f"{name}: must be an integer 1..5 or null, got {got}")
         elif key == "criteria":
             if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
                 raise InvalidInput(f"{name}: must be a list of strings")
@@ -112,7 +115,7 @@ def _world(agent_id: str, world: Any) -> dict[str, Any]:
         raise WorldError(f"<world>: a world must be a JSON object, got {type(world).__name__}")
     named = world.get("agent_id")
     if named not in (None, "", agent_id):
-        raise WorldError(f"agent_id: the world names agent {named!r}, not {agent_id!r}")
+        raise WorldError(f"agent_id: the world names agent {safe_repr(named)}, not {safe_repr(agent_id)}")
     data = dict(world)
     data["agent_id"] = agent_id
     final = finalize_world(data)
@@ -128,7 +131,7 @@ def _trajectory(agent_id: str, io_id: str, trajectory: Any) -> dict[str, Any] | 
         raise InvalidInput(f"trajectory: must be an object, got {type(trajectory).__name__}")
     named = trajectory.get("agent_id")
     if named not in (None, "", agent_id):
-        raise InvalidInput(f"trajectory.agent_id: names agent {named!r}, not {agent_id!r}")
+        raise InvalidInput(f"trajectory.agent_id: names agent {safe_repr(named)}, not {safe_repr(agent_id)}")
     out = dict(trajectory)
     out["agent_id"] = agent_id
     out["trajectory_id"] = str(out.get("trajectory_id") or "t_" + uuid.uuid4().hex[:24])
@@ -143,7 +146,7 @@ def _fields(turn: Any) -> dict[str, Any]:
         return {"world": turn.world, "trajectory": turn.trajectory}
     if not isinstance(turn, Mapping):
         raise InvalidInput(f"a turn must be a TurnResult or a mapping, got {type(turn).__name__}")
-    unknown = sorted(str(k) for k in turn if k not in TURN_KEYS)
+    unknown = sorted(safe_key(k) for k in turn if k not in TURN_KEYS)
     if unknown:
         raise InvalidInput(f"turn: unknown key(s) {', '.join(unknown)}; known: {', '.join(TURN_KEYS)}")
     return dict(turn)
@@ -163,11 +166,11 @@ def parse_turn(agent_id: str, turn: Any, *, record_world: bool) -> ParsedTurn:
         InvalidInput: anything else malformed (unknown key, bad signals, own loop with a world, no io id).
     """
     if not isinstance(agent_id, str) or not agent_id.strip():
-        raise InvalidInput(f"agent id must be a non-blank string, got {agent_id!r}")
+        raise InvalidInput(f"agent id must be a non-blank string, got {safe_repr(agent_id)}")
     f = _fields(turn)
     own_loop = f.get("own_loop", False)
     if not isinstance(own_loop, bool):
-        raise InvalidInput(f"own_loop: must be a boolean, got {own_loop!r}")
+        raise InvalidInput(f"own_loop: must be a boolean, got {type(own_loop).__name__}")
     if own_loop and f.get("world") is not None:
         raise InvalidInput("own_loop: a provider that runs its own loop gives no world; pass world=None")
     signals = check_signals(f.get("signals"))
@@ -176,9 +179,10 @@ def parse_turn(agent_id: str, turn: Any, *, record_world: bool) -> ParsedTurn:
     given_io = (f.get("io_id") or (raw_world.get("io_id") if isinstance(raw_world, Mapping) else None)
                 or (raw_traj.get("io_id") if isinstance(raw_traj, Mapping) else None) or "")
     if not isinstance(given_io, str):
-        raise InvalidInput(f"io_id: must be a string, got {given_io!r}")
+        raise InvalidInput(f"io_id: must be a string, got {type(given_io).__name__}")
     if world is not None and f.get("io_id") not in (None, "", world["io_id"]):
-        raise InvalidInput(f"io_id: turn io_id {f['io_id']!r} differs from the world's {world['io_id']!r}")
+        raise InvalidInput(f"io_id: turn io_id {safe_repr(f['io_id'])} differs from the world's "
+                           f"{safe_repr(world['io_id'])}")
     io_id = world["io_id"] if world is not None else given_io
     if own_loop and not io_id:
         raise InvalidInput("io_id: an own-loop turn needs the host's turn id (turn['io_id'])")

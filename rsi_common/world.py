@@ -8,14 +8,15 @@ migrates) a stored one; :class:`TurnWorld` is the read-side view the consolidati
 
 Decisions where SPEC §4.1 is silent:
 
-* **Credentials.** The stored record is scanned with the SPEC §6.2 patterns (:mod:`rsi_common.credentials`)
-  after clipping and the size limit, i.e. exactly what would be stored. A hit anywhere the replay feeds
-  to the model (input, messages, tool calls, memory, plan, outcome) refuses the whole world with
-  :class:`~rsi_common.errors.CredentialError` naming the field path and the pattern label, never the
-  text: a redacted world would replay a different turn. Only ``state.metadata`` (host bookkeeping no
-  component reads) is **scrubbed**: entries whose key/value pair or string matches are dropped.
-  Dict entries are scanned both as values and as ``{"key": value}`` JSON, so ``{"api_key": "…"}`` is
-  caught by the assignment patterns.
+* **Credentials** (``docs/security/credentials.md``). The stored record is scanned with the credential
+  table (:mod:`rsi_common.credentials`, text normalised first) after clipping and the size limit, i.e.
+  exactly what would be stored. A hit anywhere the replay feeds to the model (input, messages, tool
+  calls, memory, plan, outcome) refuses the whole world with :class:`~rsi_common.errors.CredentialError`
+  naming the field path and the pattern labels, never the text: a redacted world would replay a
+  different turn. A path component that is itself credential-shaped (a dict key) is shown as
+  ``<redacted key>``. Only ``state.metadata`` (host bookkeeping no component reads) is **scrubbed**:
+  entries whose key, string value or key/value pair matches are dropped. Dict entries are scanned both
+  as values and as ``{"key": value}`` JSON, so ``{"api_key": "…"}`` is caught by the assignment patterns.
 * **JSON safety.** Outside ``state.metadata`` a value that does not survive a JSON round trip becomes
   ``str(value)``; tuples become lists, non-string keys ``str(key)``, non-finite floats strings. In
   ``state.metadata`` such values are *dropped* instead (a ``str()`` of a host object may leak it), and
@@ -45,13 +46,13 @@ import json
 import math
 import re
 import secrets
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from rsi_common.credentials import find_credentials
+from rsi_common.credentials import describe, find_credentials, find_in, safe_key, safe_repr
 from rsi_common.errors import CredentialError, WorldError
 from rsi_common.world_schema import (
     CLIP_MARKER,
@@ -94,7 +95,7 @@ _CLIP_MARKER_RE = re.compile(r"\n\[… (\d+) characters cut …\]\n")
 def _path(loc: Sequence[Any]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        out += f"[{part}]" if isinstance(part, int) else (f".{safe_key(part)}" if out else safe_key(part))
     return out or "<world>"
 
 
@@ -189,22 +190,6 @@ def _clip_walk(v: Any) -> tuple[Any, bool]:
     return v, False
 
 
-def _strings(v: Any, path: str) -> Iterator[tuple[str, str]]:
-    """(path, text to scan) for every string, dict key and ``{"key": value}`` pair under ``v``."""
-    if isinstance(v, str):
-        yield path, v
-    elif isinstance(v, dict):
-        for k, item in v.items():
-            sub = f"{path}.{k}" if path else str(k)
-            yield sub, str(k)
-            if isinstance(item, str):
-                yield sub, json.dumps({k: item}, ensure_ascii=False)
-            yield from _strings(item, sub)
-    elif isinstance(v, list):
-        for i, item in enumerate(v):
-            yield from _strings(item, f"{path}[{i}]")
-
-
 def _credential_entry(key: Any, item: Any) -> bool:
     texts = [str(key)]
     if isinstance(item, str):
@@ -222,12 +207,13 @@ def _scrub(v: Any) -> Any:
 
 
 def _refuse_credentials(world: Mapping[str, Any]) -> None:
-    for path, text in _strings(dict(world), ""):
-        labels = find_credentials(text)
-        if labels:
-            raise CredentialError(
-                f"{path}: contains text matching the credential pattern '{labels[0]}'; the world is refused"
-            )
+    hit = find_in(dict(world), "")
+    if hit is not None:
+        path, labels = hit
+        raise CredentialError(
+            f"{path or '<world>'}: contains text matching the credential pattern(s) {describe(labels)}; "
+            "the world is refused"
+        )
 
 
 # --- validation and migration --------------------------------------------------------------------
@@ -252,7 +238,9 @@ def migrate_world(obj: Mapping[str, Any]) -> dict[str, Any]:
     while (schema := out.get("schema")) != WORLD_SCHEMA:
         step = MIGRATIONS.get(schema) if isinstance(schema, str) else None
         if step is None or schema in seen:
-            raise WorldError(f"schema: unknown world schema {schema!r} (this code reads {WORLD_SCHEMA})")
+            raise WorldError(
+                f"schema: unknown world schema {safe_repr(schema)} (this code reads {WORLD_SCHEMA})"
+            )
         seen.add(schema)
         out = step(out)
     out.setdefault("truncated", False)
@@ -272,7 +260,8 @@ def _first_non_json(v: Any, path: str) -> str | None:
         return None if math.isfinite(v) else path
     if isinstance(v, dict):
         for k, item in v.items():
-            bad = path if not isinstance(k, str) else _first_non_json(item, f"{path}.{k}" if path else k)
+            sub = f"{path}.{safe_key(k)}" if path else safe_key(k)
+            bad = path if not isinstance(k, str) else _first_non_json(item, sub)
             if bad is not None:
                 return bad
         return None

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from rsi_common.credentials import safe_key
+
 __all__ = [
     "CLIP_MARKER",
     "IMAGE_PLACEHOLDER",
@@ -93,7 +95,7 @@ class Plan(_Closed):
     def _safe_kwargs(cls, v: dict[str, Any]) -> dict[str, Any]:
         unsafe = sorted(set(v) - set(SAFE_KWARGS))
         if unsafe:
-            raise ValueError(f"kwargs not in SAFE_KWARGS: {', '.join(unsafe)}")
+            raise ValueError(f"kwargs not in SAFE_KWARGS: {', '.join(safe_key(k) for k in unsafe)}")
         return v
 
 

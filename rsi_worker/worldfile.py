@@ -45,7 +45,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from rsi_common.coord import Coordinator
-from rsi_common.credentials import find_credentials
+from rsi_common.credentials import describe, find_in, safe_repr
 from rsi_common.db import (
     WorldRow,
     get_agent,
@@ -127,9 +127,9 @@ def _implicit(value: Any) -> dict[str, Any]:
         raise InvalidInput("signals.implicit: must be an object with a string 'kind'")
     if not all(isinstance(k, str) and isinstance(v, str | None) for k, v in value.items()):
         raise InvalidInput("signals.implicit: values must be strings")
-    labels = find_credentials(json.dumps(value, ensure_ascii=False))
-    if labels:
-        raise CredentialError(f"signals.implicit: looks like a credential ({', '.join(labels)}); refused")
+    hit = find_in(dict(value), "signals.implicit")
+    if hit is not None:
+        raise CredentialError(f"{hit[0]}: looks like a credential ({describe(hit[1])}); refused")
     return dict(value)
 
 
@@ -141,10 +141,14 @@ def _check_ids(obj: Mapping[str, Any], world: Mapping[str, Any]) -> None:
         if not isinstance(given, str):
             raise InvalidInput(f"{key}: must be a string, got {type(given).__name__}")
         if given != str(world.get(key) or ""):
-            raise InvalidInput(f"{key}: the line says {given!r}, the world says {world.get(key)!r}")
+            raise InvalidInput(
+                f"{key}: the line says {safe_repr(given)}, the world says {safe_repr(world.get(key))}"
+            )
     seq = obj.get("seq")
     if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
-        raise InvalidInput(f"seq: must be a positive integer, got {seq!r}")
+        is_int = isinstance(seq, int) and not isinstance(seq, bool)
+        got = "an integer below 1" if is_int else type(seq).__name__
+        raise InvalidInput(f"seq: must be a positive integer, got {got}")
 
 
 def parse_line(text: str, line_no: int, agent: str | None = None) -> ParsedLine:

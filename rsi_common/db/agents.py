@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from rsi_common.credentials import safe_repr
 from rsi_common.db.models import AgentRow, HarnessRow
 from rsi_common.errors import InvalidInput, UnknownAgentError, UnknownVersionError
 
@@ -37,7 +38,9 @@ __all__ = [
 
 def _check_id(agent_id: str) -> None:
     if not isinstance(agent_id, str) or not agent_id.strip() or len(agent_id) > 255:
-        raise InvalidInput(f"agent id must be a non-blank string of at most 255 characters: {agent_id!r}")
+        raise InvalidInput(
+            f"agent id must be a non-blank string of at most 255 characters: {safe_repr(agent_id)}"
+        )
 
 
 def ensure_agent(session: Session, agent_id: str) -> AgentRow:
@@ -68,7 +71,7 @@ def get_agent(session: Session, agent_id: str) -> AgentRow:
         sa.select(AgentRow).where(AgentRow.id == agent_id).execution_options(populate_existing=True)
     ).scalar_one_or_none()
     if row is None:
-        raise UnknownAgentError(f"unknown agent {agent_id!r}")
+        raise UnknownAgentError(f"unknown agent {safe_repr(agent_id)}")
     return row
 
 
@@ -90,7 +93,7 @@ def lock_agent(session: Session, agent_id: str) -> AgentRow:
         .execution_options(populate_existing=True)
     ).scalar_one_or_none()
     if row is None:
-        raise UnknownAgentError(f"unknown agent {agent_id!r}")
+        raise UnknownAgentError(f"unknown agent {safe_repr(agent_id)}")
     return row
 
 
@@ -104,7 +107,9 @@ def get_harness(session: Session, agent_id: str, version: str) -> HarnessRow:
         sa.select(HarnessRow).where(HarnessRow.agent_id == agent_id, HarnessRow.version == version)
     ).scalar_one_or_none()
     if row is None:
-        raise UnknownVersionError(f"agent {agent_id!r} has no stored harness version {version!r}")
+        raise UnknownVersionError(
+            f"agent {safe_repr(agent_id)} has no stored harness version {safe_repr(version)}"
+        )
     return row
 
 

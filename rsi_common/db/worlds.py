@@ -12,6 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from rsi_common.credentials import safe_repr
 from rsi_common.db.agents import ensure_agent, lock_agent
 from rsi_common.db.models import TrajectoryRow, WorldRow
 from rsi_common.db.sqltypes import db_ago, db_now
@@ -81,13 +82,13 @@ def save_world(
         InvalidInput: no ``io_id``, no numeric ``clock``, or the record names another agent.
     """
     if world.get("agent_id") not in (None, agent_id):
-        raise InvalidInput(f"world names agent {world.get('agent_id')!r}, not {agent_id!r}")
+        raise InvalidInput(f"world names agent {safe_repr(world.get('agent_id'))}, not {safe_repr(agent_id)}")
     io = io_id if io_id is not None else _opt_str(world, "io_id")
     if not io:
         raise InvalidInput("a world needs an io_id (the host's turn id)")
     clock = world.get("clock")
     if isinstance(clock, bool) or not isinstance(clock, int | float):
-        raise InvalidInput(f"world clock must be epoch seconds, got {clock!r}")
+        raise InvalidInput(f"world clock must be epoch seconds, got {type(clock).__name__}")
     conversation = interaction_id if interaction_id is not None else str(world.get("interaction_id") or "")
     ensure_agent(session, agent_id)
     lock_agent(session, agent_id)
