@@ -42,6 +42,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from rsi_common import db
+from rsi_common.boundary import MAX_HARNESS_VERSION_CHARS, check_id, check_label
 from rsi_common.config import Settings
 from rsi_common.coord import Coordinator
 from rsi_common.dispatch import Dispatcher, KombuDispatcher, redis_py_url
@@ -179,8 +180,8 @@ def _version_arg(version: str | None) -> str | None:
     if version is None or version == H0_VERSION:
         return None
     if not isinstance(version, str) or not version:
-        raise InvalidInput(f"version must be a stored version id or None (H0), got {version!r}")
-    return version
+        raise InvalidInput(f"version must be a stored version id or None (H0), got {type(version).__name__}")
+    return check_label(version, "version", max_chars=MAX_HARNESS_VERSION_CHARS)
 
 
 class RsiClient:
@@ -310,10 +311,11 @@ class RsiClient:
             UnknownAgentError: no such agent.
             InvalidInput: no stored world for ``io_id`` (never recorded, or removed by retention),
                 or malformed signals (named ``signals.<key>``).
+            InputLimitError: an id breaks the id grammar, or a signal the input boundary.
             CredentialError: a signal looks like a credential.
         """
-        if not isinstance(io_id, str) or not io_id:
-            raise InvalidInput(f"io_id must be a non-empty string, got {io_id!r}")
+        check_id(agent_id, "agent_id")
+        check_id(io_id, "io_id")
         clean = check_signals(signals)
         with self._sessions.begin() as s:
             frozen = db.get_agent(s, agent_id).frozen
@@ -337,12 +339,14 @@ class RsiClient:
         drops the entry at once (the listener thread starts on the first call).
 
         Raises:
+            InputLimitError: the agent id breaks the id grammar.
             TamperError, ManifestError, PathEscapeError: the stored payload or pinned directory is
                 invalid (never silently replaced by H0).
         """
         return self._resolve(agent_id)[0]
 
     def _resolve(self, agent_id: str) -> tuple[Harness, HarnessLabel]:
+        check_id(agent_id, "agent_id")
         self._ensure_listener()
         hit = self._cache.get(agent_id)
         if hit is not None:
@@ -460,6 +464,7 @@ class RsiClient:
         Raises:
             InvalidInput: no such run.
         """
+        check_label(run_id, "run_id", max_chars=64)
         with self._read() as s:
             run = db.get_run(s, run_id)
             params = run.params or {}
@@ -504,9 +509,14 @@ class RsiClient:
 
         Raises:
             InvalidInput: ``plan.io_id`` is empty, or ``plan.agent_id`` names another agent.
+            InputLimitError: an id of the plan breaks the id grammar (checked before the turn runs).
         """
         if not plan.io_id:
             raise InvalidInput("plan.io_id: a recorded turn needs the host's turn id")
+        check_id(agent_id, "agent_id")
+        check_id(plan.io_id, "plan.io_id")
+        check_id(plan.interaction_id, "plan.interaction_id", empty_ok=True)
+        check_id(plan.session_id or "", "plan.session_id", empty_ok=True)
         if plan.agent_id and plan.agent_id != agent_id:
             raise InvalidInput(f"plan.agent_id {plan.agent_id!r} differs from {agent_id!r}")
         if not plan.agent_id:

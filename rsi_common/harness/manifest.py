@@ -10,6 +10,11 @@ Decisions where SPEC §5.1 is silent (all raise :class:`~rsi_common.errors.Manif
 * ``parent`` is a string or null; ``""`` is read as null (no parent);
 * ``exploration_policy`` is null or an object whose ``file`` is a referenced path; its other keys
   (``default_beta``, ``W``, …) are free JSON.
+* the input boundary (docs/security/input-boundary.md): the depth (at most ``MAX_DEPTH`` levels) is
+  checked first, before anything copies the manifest; after the rules above, one walk checks at
+  most ``MAX_MANIFEST_BYTES``, no lone surrogate or U+0000 in any string or key (refused, never
+  repaired), every integer — numeric params included — within ±(2**53 − 1) and every float finite
+  (:class:`~rsi_common.errors.ManifestLimitError`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rsi_common.errors import ManifestError
+from rsi_common.boundary import MAX_MANIFEST_BYTES, check_depth, scan
+from rsi_common.errors import ManifestError, ManifestLimitError
 from rsi_common.harness.paths import MANIFEST_FILE, check_path
 from rsi_common.kinds import KINDS, REQUIRED_KINDS, in_kind_order
 
@@ -162,10 +168,12 @@ def load_manifest(obj: Mapping[str, Any], files: Mapping[str, str] | None = None
 
     Raises:
         ManifestError: a rule is broken; the message says which and where.
+        ManifestLimitError: the input boundary refuses the manifest (a ``ManifestError`` too).
         PathEscapeError: a file path is not a safe relative path (a ``ManifestError`` too).
     """
     if not isinstance(obj, Mapping):
         raise ManifestError(f"a manifest must be a JSON object, got {type(obj).__name__}")
+    check_depth(obj, "manifest", error=ManifestLimitError)
     unknown = sorted(set(obj) - _MANIFEST_KEYS)
     if unknown:
         raise ManifestError(f"unknown manifest field(s): {', '.join(map(str, unknown))}")
@@ -186,6 +194,7 @@ def load_manifest(obj: Mapping[str, Any], files: Mapping[str, str] | None = None
     manifest = Manifest(SCHEMA, name, description, parent or None, components, policy, enabled_kinds,
                         locked)
     _check_components(manifest)
+    scan(obj, "manifest", max_bytes=MAX_MANIFEST_BYTES, error=ManifestLimitError)
     if files is not None:
         missing = [p for p in manifest.referenced_files() if p not in files]
         if missing:
