@@ -34,6 +34,7 @@ from rsi_common.errors import InputLimitError, InvalidInput
 __all__ = [
     "ID_CHARS",
     "MAX_CAPTURED_WORLD_BYTES",
+    "MAX_CHECKPOINT_BYTES",
     "MAX_COMMENT_BYTES",
     "MAX_CRITERIA",
     "MAX_CRITERION_BYTES",
@@ -147,6 +148,8 @@ MAX_MANIFEST_BYTES = 256_000
 """A harness manifest."""
 MAX_HARNESS_FILE_BYTES = 256_000
 """Each harness file's text."""
+MAX_CHECKPOINT_BYTES = 32_000_000
+"""A harness checkpoint file (``rsi import``), checked before it is parsed."""
 MAX_LINE_BYTES = 16_000_000
 """One line of ``rsi worlds import``, checked before it is decoded or parsed."""
 

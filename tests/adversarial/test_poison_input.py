@@ -79,8 +79,8 @@ def test_bad_characters_in_content_are_replaced_and_listed(entry: dict[str, Any]
     out = finalize_world(set_path(golden_turn(), path, f"head {text} tail"))
     json.dumps(out, ensure_ascii=False).encode("utf-8")  # storable and exportable as UTF-8
     assert _chars_ok(out)
-    expected = {(path, kind) for kind, bad in (("lone_surrogate", any(0xD800 <= ord(c) <= 0xDFFF for c in text)),
-                                              ("nul", "\x00" in text)) if bad}
+    surrogate = any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+    expected = {(path, kind) for kind, bad in (("lone_surrogate", surrogate), ("nul", "\x00" in text)) if bad}
     assert {(d["path"], d["defect"]) for d in out.get("defects", [])} == expected
     if not expected:  # valid scalar values (noncharacters, bidi, zero-width) are stored as given
         assert "defects" not in out and json.dumps(out, ensure_ascii=False).count(text) >= 1
@@ -316,9 +316,9 @@ _hostile_json = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_hostile_text, inner, max_size=3),
     max_leaves=12,
 )
-_world_paths = st.sampled_from(CONTENT_PATHS + ("io_id", "interaction_id", "agent_id", "model", "provider",
-                                                "outcome.policy_tokens", "outcome.steps", "clock",
-                                                "state.session_id", "plan.name", "plan.kwargs.temperature"))
+_world_paths = st.sampled_from((*CONTENT_PATHS, "io_id", "interaction_id", "agent_id", "model", "provider",
+                                "outcome.policy_tokens", "outcome.steps", "clock", "state.session_id",
+                                "plan.name", "plan.kwargs.temperature"))
 
 
 @settings(max_examples=150, deadline=None)
@@ -369,3 +369,15 @@ def test_record_turn_fuzz_never_stores_a_refused_turn(bclient: RsiClient, engine
 def test_world_error_classes() -> None:
     """A boundary refusal inside a world is caught wherever a bad world is (``except WorldError``)."""
     assert issubclass(WorldLimitError, WorldError) and issubclass(WorldLimitError, InputLimitError)
+
+
+def test_deep_harness_files_are_refused_before_parsing(tmp_path: Any) -> None:
+    from rsi_common.errors import ManifestLimitError
+    from rsi_common.harness import load_checkpoint, load_dir
+
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(ManifestLimitError, match="^checkpoint: nested deeper than 64 levels"):
+        load_checkpoint(deep)
+    (tmp_path / "manifest.json").write_text('{"schema": ' + deep + "}", encoding="utf-8")
+    with pytest.raises(ManifestLimitError, match=r"^manifest\.json: nested deeper than 64 levels"):
+        load_dir(tmp_path)
