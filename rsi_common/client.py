@@ -257,6 +257,8 @@ class RsiClient:
         Raises:
             WorldError: malformed world, naming the field; nothing is stored.
             CredentialError: the world, trajectory or signals contain a credential; nothing is stored.
+            InputLimitError: an id, size, depth, number or character breaks the input boundary
+                (docs/security/input-boundary.md; ``WorldLimitError`` inside the world); nothing is stored.
             InvalidInput: any other malformed input; nothing is stored.
             sqlalchemy.exc.SQLAlchemyError: the database failed; nothing is stored.
         """
