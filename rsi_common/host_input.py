@@ -178,9 +178,10 @@ def _trajectory_columns(out: dict[str, Any]) -> None:
         if value is None or col.key in ("id", "agent_id", "created_at", *_TRAJECTORY_IDS):
             continue
         path = f"trajectory.{col.key}"
-        if isinstance(col.type, sa.String) and col.type.length is not None:
-            text = str(value)[:_ERROR_CHARS] if col.key == "error" else value
-            check_label(text, path, max_chars=col.type.length)
+        if col.key == "error":  # free text (newlines allowed), cut when stored
+            check_text(str(value)[:_ERROR_CHARS], path, max_bytes=4 * _ERROR_CHARS)
+        elif isinstance(col.type, sa.String) and col.type.length is not None:
+            check_label(value, path, max_chars=col.type.length)
         elif isinstance(col.type, sa.Integer) and not isinstance(col.type, sa.BigInteger):
             check_int(value, path, lo=-MAX_INT32 - 1, hi=MAX_INT32)
 

@@ -148,6 +148,13 @@ def test_trajectory_fields_are_bounded(fields: dict[str, Any], message: str) -> 
     assert_clean_message(info.value, MARK)
 
 
+def test_trajectory_error_is_free_text_cut_to_its_column() -> None:
+    parsed = parse_turn("agent-1", _trajectory(error="line one\nline two " + "e" * 500), record_world=True)
+    assert parsed.trajectory is not None and parsed.trajectory["error"].startswith("line one\n")
+    with pytest.raises(InputLimitError, match=r"^trajectory\.error: contains U\+0000"):
+        parse_turn("agent-1", _trajectory(error="boom \x00"), record_world=True)
+
+
 def test_a_refused_trajectory_stores_nothing(bclient: RsiClient, engine: Engine) -> None:
     before = row_counts(engine)
     with pytest.raises(InputLimitError, match=r"^trajectory\.policy_tokens"):

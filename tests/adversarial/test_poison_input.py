@@ -376,7 +376,7 @@ def test_deep_harness_files_are_refused_before_parsing(tmp_path: Any) -> None:
     from rsi_common.harness import load_checkpoint, load_dir
 
     deep = "[" * 100_000 + "]" * 100_000
-    with pytest.raises(ManifestLimitError, match="^checkpoint: nested deeper than 64 levels"):
+    with pytest.raises(ManifestLimitError, match=r"^checkpoint: nested deeper than 64 levels"):
         load_checkpoint(deep)
     (tmp_path / "manifest.json").write_text('{"schema": ' + deep + "}", encoding="utf-8")
     with pytest.raises(ManifestLimitError, match=r"^manifest\.json: nested deeper than 64 levels"):
