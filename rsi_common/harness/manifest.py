@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rsi_common.boundary import MAX_MANIFEST_BYTES, check_depth, scan
+from rsi_common.boundary import MAX_MANIFEST_BYTES, check_depth, key_segment, scan
 from rsi_common.errors import ManifestError, ManifestLimitError
 from rsi_common.harness.paths import MANIFEST_FILE, check_path
 from rsi_common.kinds import KINDS, REQUIRED_KINDS, in_kind_order
@@ -174,9 +174,9 @@ def load_manifest(obj: Mapping[str, Any], files: Mapping[str, str] | None = None
     if not isinstance(obj, Mapping):
         raise ManifestError(f"a manifest must be a JSON object, got {type(obj).__name__}")
     check_depth(obj, "manifest", error=ManifestLimitError)
-    unknown = sorted(set(obj) - _MANIFEST_KEYS)
+    unknown = _unknown(obj, _MANIFEST_KEYS)
     if unknown:
-        raise ManifestError(f"unknown manifest field(s): {', '.join(map(str, unknown))}")
+        raise ManifestError(f"unknown manifest field(s): {', '.join(unknown)}")
     if obj.get("schema") != SCHEMA:
         raise ManifestError(f"manifest schema must be exactly {SCHEMA!r}, got {obj.get('schema')!r}")
     name = _str_field(obj, "name", "harness", "manifest")
@@ -200,6 +200,12 @@ def load_manifest(obj: Mapping[str, Any], files: Mapping[str, str] | None = None
         if missing:
             raise ManifestError(f"referenced file(s) missing: {', '.join(missing)}")
     return manifest
+
+
+def _unknown(obj: Mapping[Any, Any], known: frozenset[str]) -> list[str]:
+    """Sorted names of unknown keys; a key that is not a short identifier is shown by position
+    (``<key N>``), so a message never carries a bad character or a secret."""
+    return sorted(key_segment(k, i)[1:] for i, k in enumerate(obj) if k not in known)
 
 
 def _str_field(obj: Mapping[str, Any], key: str, default: str, where: str) -> str:
@@ -243,9 +249,9 @@ def _component(raw: Any, index: int) -> ComponentSpec:
     if not isinstance(cid, str) or not cid:
         raise ManifestError(f"{where} needs a non-empty string 'id'")
     where = f"component {cid!r}"
-    unknown = sorted(set(raw) - _COMPONENT_KEYS)
+    unknown = _unknown(raw, _COMPONENT_KEYS)
     if unknown:
-        raise ManifestError(f"{where} has unknown field(s): {', '.join(map(str, unknown))}")
+        raise ManifestError(f"{where} has unknown field(s): {', '.join(unknown)}")
     if ".params." in cid or ".files." in cid:
         raise ManifestError(f"{where}: an id must not contain '.params.' or '.files.'")
     kind = raw.get("kind")

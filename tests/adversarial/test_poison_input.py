@@ -381,3 +381,18 @@ def test_deep_harness_files_are_refused_before_parsing(tmp_path: Any) -> None:
     (tmp_path / "manifest.json").write_text('{"schema": ' + deep + "}", encoding="utf-8")
     with pytest.raises(ManifestLimitError, match=r"^manifest\.json: nested deeper than 64 levels"):
         load_dir(tmp_path)
+
+
+@settings(max_examples=150, deadline=None)
+@given(key=_hostile_text | st.sampled_from(["name", "description", "locked", "parent", "components"]),
+       value=_hostile_json, where=st.sampled_from(["manifest", "component", "params"]))
+def test_manifest_fuzz_raises_only_project_errors(key: str, value: Any, where: str) -> None:
+    base = h0()
+    manifest = base.manifest.to_json()
+    target = {"manifest": manifest, "component": manifest["components"][0],
+              "params": manifest["components"][0].setdefault("params", {})}[where]
+    target[key] = value
+    try:
+        build_harness(manifest, base.files)
+    except RsiError as exc:
+        assert_clean_message(exc)
