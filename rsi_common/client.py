@@ -42,6 +42,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from rsi_common import db
+from rsi_common.boundary import MAX_HARNESS_VERSION_CHARS, check_id, check_label
 from rsi_common.config import Settings
 from rsi_common.coord import Coordinator
 from rsi_common.credentials import safe_repr
@@ -180,8 +181,8 @@ def _version_arg(version: str | None) -> str | None:
     if version is None or version == H0_VERSION:
         return None
     if not isinstance(version, str) or not version:
-        raise InvalidInput(f"version must be a stored version id or None (H0), got {safe_repr(version)}")
-    return version
+        raise InvalidInput(f"version must be a stored version id or None (H0), got {type(version).__name__}")
+    return check_label(version, "version", max_chars=MAX_HARNESS_VERSION_CHARS)
 
 
 class RsiClient:
@@ -257,6 +258,8 @@ class RsiClient:
         Raises:
             WorldError: malformed world, naming the field; nothing is stored.
             CredentialError: the world, trajectory or signals contain a credential; nothing is stored.
+            InputLimitError: an id, size, depth, number or character breaks the input boundary
+                (docs/security/input-boundary.md; ``WorldLimitError`` inside the world); nothing is stored.
             InvalidInput: any other malformed input; nothing is stored.
             sqlalchemy.exc.SQLAlchemyError: the database failed; nothing is stored.
         """
@@ -311,10 +314,11 @@ class RsiClient:
             UnknownAgentError: no such agent.
             InvalidInput: no stored world for ``io_id`` (never recorded, or removed by retention),
                 or malformed signals (named ``signals.<key>``).
+            InputLimitError: an id breaks the id grammar, or a signal the input boundary.
             CredentialError: a signal looks like a credential.
         """
-        if not isinstance(io_id, str) or not io_id:
-            raise InvalidInput(f"io_id must be a non-empty string, got {safe_repr(io_id)}")
+        check_id(agent_id, "agent_id")
+        check_id(io_id, "io_id")
         clean = check_signals(signals)
         with self._sessions.begin() as s:
             frozen = db.get_agent(s, agent_id).frozen
@@ -338,12 +342,14 @@ class RsiClient:
         drops the entry at once (the listener thread starts on the first call).
 
         Raises:
+            InputLimitError: the agent id breaks the id grammar.
             TamperError, ManifestError, PathEscapeError: the stored payload or pinned directory is
                 invalid (never silently replaced by H0).
         """
         return self._resolve(agent_id)[0]
 
     def _resolve(self, agent_id: str) -> tuple[Harness, HarnessLabel]:
+        check_id(agent_id, "agent_id")
         self._ensure_listener()
         hit = self._cache.get(agent_id)
         if hit is not None:
@@ -461,6 +467,7 @@ class RsiClient:
         Raises:
             InvalidInput: no such run.
         """
+        check_label(run_id, "run_id", max_chars=64)
         with self._read() as s:
             run = db.get_run(s, run_id)
             params = run.params or {}
@@ -505,9 +512,14 @@ class RsiClient:
 
         Raises:
             InvalidInput: ``plan.io_id`` is empty, or ``plan.agent_id`` names another agent.
+            InputLimitError: an id of the plan breaks the id grammar (checked before the turn runs).
         """
         if not plan.io_id:
             raise InvalidInput("plan.io_id: a recorded turn needs the host's turn id")
+        check_id(agent_id, "agent_id")
+        check_id(plan.io_id, "plan.io_id")
+        check_id(plan.interaction_id, "plan.interaction_id", empty_ok=True)
+        check_id(plan.session_id or "", "plan.session_id", empty_ok=True)
         if plan.agent_id and plan.agent_id != agent_id:
             raise InvalidInput(f"plan.agent_id {safe_repr(plan.agent_id)} differs from {safe_repr(agent_id)}")
         if not plan.agent_id:

@@ -12,6 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from rsi_common.boundary import check_id
 from rsi_common.credentials import safe_repr
 from rsi_common.db.agents import ensure_agent, lock_agent
 from rsi_common.db.models import TrajectoryRow, WorldRow
@@ -80,6 +81,7 @@ def save_world(
 
     Raises:
         InvalidInput: no ``io_id``, no numeric ``clock``, or the record names another agent.
+        InputLimitError: an id breaks the id grammar (checked before the database sees it).
     """
     if world.get("agent_id") not in (None, agent_id):
         raise InvalidInput(f"world names agent {safe_repr(world.get('agent_id'))}, not {safe_repr(agent_id)}")
@@ -90,6 +92,8 @@ def save_world(
     if isinstance(clock, bool) or not isinstance(clock, int | float):
         raise InvalidInput(f"world clock must be epoch seconds, got {type(clock).__name__}")
     conversation = interaction_id if interaction_id is not None else str(world.get("interaction_id") or "")
+    check_id(io, "io_id")
+    check_id(conversation, "interaction_id", empty_ok=True)
     ensure_agent(session, agent_id)
     lock_agent(session, agent_id)
     existing = world_by_io(session, agent_id, io)
