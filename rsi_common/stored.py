@@ -45,6 +45,7 @@ REPLACEMENT = "\ufffd"
 _BAD_CHAR = re.compile(r"[\ud800-\udfff\x00]")
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 _WITHHELD = "[withheld: looks like a credential]"
+_MAX_PATH = 100
 
 
 class StoredDataError(ValueError):
@@ -121,9 +122,10 @@ def first_problem(value: Any, root: str = "", *, allow_nul: bool = True) -> str 
             ends up in a plain text column.
     """
     for node, key in _walk(value, root):
-        where = node.path or "<value>"
         if node.depth > MAX_STORED_DEPTH:
-            return f"{where}: nested deeper than {MAX_STORED_DEPTH} levels"
+            return f"{root or '<value>'}: nested deeper than {MAX_STORED_DEPTH} levels"
+        where = node.path or "<value>"
+        where = where if len(where) <= _MAX_PATH else where[: _MAX_PATH - 1] + "…"
         for text in (key, node.value if isinstance(node.value, str) else None):
             if text is not None and (problem := _text_problem(text)) is not None:
                 if allow_nul and problem == "NUL character":
