@@ -39,10 +39,12 @@ __all__ = [
 
 MAX_STORED_DEPTH = 128
 """Deepest nesting of a stored JSON value the pipeline reads (containers count one level each).
-Set above any limit the input boundary accepts, so a row the boundary let through is never skipped;
-below the depth where Python's recursive JSON walkers fail (about 900 levels)."""
+It must stay at or above the input boundary's nesting limit, so a row the boundary let through is
+never skipped (real worlds nest about ten levels), and well below the depth where Python's
+recursive JSON walkers fail (about 900 levels)."""
 REPLACEMENT = "\ufffd"
 _BAD_CHAR = re.compile(r"[\ud800-\udfff\x00]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 _WITHHELD = "[withheld: looks like a credential]"
 _MAX_PATH = 100
@@ -105,31 +107,49 @@ def _walk(value: Any, root: str) -> Iterator[tuple[_Node, str | None]]:
 
 
 def _text_problem(s: str) -> str | None:
-    m = _BAD_CHAR.search(s)
-    if m is None:
-        return None
-    ch = m.group()
-    return "NUL character" if ch == "\x00" else f"lone surrogate U+{ord(ch):04X} (not a Unicode scalar value)"
+    m = None if s.isascii() else _SURROGATE.search(s)
+    return None if m is None else f"lone surrogate U+{ord(m.group()):04X} (not a Unicode scalar value)"
 
 
-def first_problem(value: Any, root: str = "", *, allow_nul: bool = True) -> str | None:
+def _clean(value: Any) -> bool:
+    """Fast check without field paths: True when :func:`first_problem` has nothing to report."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, str):
+            if _text_problem(v) is not None:
+                return False
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                return False
+        elif isinstance(v, dict | list):
+            if depth > MAX_STORED_DEPTH:
+                return False
+            items = v.values() if isinstance(v, dict) else v
+            if isinstance(v, dict) and any(isinstance(k, str) and _text_problem(k) for k in v):
+                return False
+            stack.extend((item, depth + 1) for item in items)
+    return True
+
+
+def first_problem(value: Any, root: str = "") -> str | None:
     """The first reason ``value`` cannot go through the pipeline (module docstring), or ``None``.
+
+    NUL characters are not a problem here: JSON columns store them escaped on both databases.
 
     Args:
         value: a decoded JSON value.
         root: the field path prefix of the reason (e.g. ``"signals"``).
-        allow_nul: NUL characters are storable in JSON columns (escaped); pass False where the text
-            ends up in a plain text column.
     """
-    for node, key in _walk(value, root):
+    if _clean(value):
+        return None
+    for node, key in _walk(value, root):  # slower: builds the field paths, for the reason
         if node.depth > MAX_STORED_DEPTH:
             return f"{root or '<value>'}: nested deeper than {MAX_STORED_DEPTH} levels"
         where = node.path or "<value>"
         where = where if len(where) <= _MAX_PATH else where[: _MAX_PATH - 1] + "…"
         for text in (key, node.value if isinstance(node.value, str) else None):
             if text is not None and (problem := _text_problem(text)) is not None:
-                if allow_nul and problem == "NUL character":
-                    continue
                 return f"{where}: {problem}"
         if isinstance(node.value, float) and not math.isfinite(node.value):
             return f"{where}: non-finite number"
@@ -174,7 +194,7 @@ def repair(value: Any) -> tuple[Any, int]:
     def fix(v: Any) -> Any:
         nonlocal count
         if isinstance(v, str):
-            out, n = re.subn(r"[\ud800-\udfff]", REPLACEMENT, v)
+            out, n = _SURROGATE.subn(REPLACEMENT, v)
             count += n
             return out
         if isinstance(v, float) and not math.isfinite(v):

@@ -321,3 +321,40 @@ def test_a_lease_without_a_run_row_waits_for_its_ttl_unless_it_never_expires(
     assert report.leftover_leases == 1 and stack.coord.lease_holder(A) is None
     assert sweep_once(stack, recorder).actions == 0
     assert agent_keys(rclient, A) == {fence_key(A)} and recorder.calls == []
+
+
+# --- rsi batch --------------------------------------------------------------------------------------
+
+
+def test_a_batch_run_that_raises_is_failed_with_its_lease_released(
+    stack: Stack, rclient: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rsi_worker.batch import BatchRunner, InlineLauncher
+
+    scenario(stack)
+    monkeypatch.setattr(inline, "after_incumbent", once(inline.after_incumbent))
+    launcher = InlineLauncher(stack.deps, "batch:strand", concurrency=1)
+    runner = BatchRunner(stack.sessions, stack.coord, launcher, name="strand", retry_s=0.0, poll_s=0.0,
+                         sleep=lambda _s: None)
+    outcome = runner.run([A]).outcomes[A]
+    launcher.close()
+    assert (outcome.status, outcome.attempts) == ("failed", 1)
+    assert outcome.reason == "the run failed: InjectedFailure"
+    assert agent_keys(rclient, A) == {fence_key(A)}
+    assert stack.consolidate(A).status == "adopted"  # the agent's next run learns what the batch could not
+
+
+def test_a_batch_run_that_cannot_open_is_retried_with_its_lease_released(
+    stack: Stack, rclient: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rsi_worker.batch import BatchRunner, InlineLauncher
+
+    scenario(stack)
+    monkeypatch.setattr(opening, "start_run", once(opening.start_run))
+    launcher = InlineLauncher(stack.deps, "batch:reopen", concurrency=1)
+    runner = BatchRunner(stack.sessions, stack.coord, launcher, name="reopen", retry_s=0.0, poll_s=0.0,
+                         sleep=lambda _s: None)
+    outcome = runner.run([A]).outcomes[A]
+    launcher.close()
+    assert (outcome.status, outcome.attempts) == ("adopted", 2)
+    assert agent_keys(rclient, A) == {fence_key(A)}
