@@ -321,5 +321,9 @@ def _minimal_failure(deps: Deps, ctx: RoundContext, exc: BaseException) -> Conso
                   type(third).__name__)
         return None
     status: Status = "failed" if written.applied else "interrupted"
+    try:
+        deps.metrics.run_finished({"status": status})
+    except Exception as exc:
+        log.warning("run %s: metrics hook failed: %s", ctx.run_id, type(exc).__name__)
     return ConsolidationResult(status, reason, None, ctx.start_version, ctx.start_version, run_id=ctx.run_id,
                                error=error)
