@@ -19,13 +19,14 @@ from sqlalchemy.engine import Engine
 from rsi_common import db
 from rsi_common.client import RsiClient
 from rsi_common.config import Settings
+from rsi_common.coord import fence_key, lease_key
 from rsi_common.dispatch import RecordingDispatcher
 from rsi_common.errors import InvalidInput
 from rsi_common.kernel import ToolDef, TurnPlan, run_turn
 from rsi_common.kernel.capture import WorldCapture
 from rsi_common.llm import make_client
 from rsi_common.stored import first_problem
-from tests.adversarial.stranding import LONE
+from tests.adversarial.stranding import LONE, agent_keys
 
 pytestmark = pytest.mark.timeout(60)
 A = "agent-1"
@@ -81,6 +82,7 @@ def test_a_lone_surrogate_in_a_tool_result_keeps_the_answer_and_the_turn(client:
     (call,) = row.world["tools"]["calls"]
     assert call["content"] == "region: EU\nrevenue: 12 \ufffd EUR"
     assert first_problem(row.world) is None
+    assert agent_keys(client.redis, A) == {lease_key(A), fence_key(A)}  # its run is enqueued
 
 
 def test_a_credential_in_a_tool_result_keeps_the_answer_and_never_stores_the_secret(
@@ -115,6 +117,7 @@ def test_a_capture_bug_keeps_the_answer(
     assert worlds(engine) == [] and SECRET not in stored_text(engine)
     with db.session_factory(engine)() as s:
         assert len(db.trajectories(s, A)) == 1  # the content-free trajectory is still recorded
+    assert agent_keys(client.redis, A) == set()  # no world, no trigger: nothing to strand
 
 
 def test_a_database_error_while_recording_keeps_the_answer(client: RsiClient, engine: Engine,
@@ -126,6 +129,7 @@ def test_a_database_error_while_recording_keeps_the_answer(client: RsiClient, en
     result = client.run_turn(A, plan("region: EU"), sim())
     assert result.status == "completed" and result.answer
     assert (result.recorded, result.record_error) == (False, "not recorded: database error OperationalError")
+    assert agent_keys(client.redis, A) == set()
 
 
 def test_invalid_input_while_recording_keeps_the_answer(
