@@ -55,6 +55,7 @@ from rsi_common.host_input import ParsedTurn, check_signals, parse_turn
 from rsi_common.invalidation import HarnessCache, InvalidationListener
 from rsi_common.kernel import RetryPolicy, TurnPlan, TurnResult, run_turn
 from rsi_common.llm import ModelClient
+from rsi_common.stored import safe_reason
 
 __all__ = [
     "OWN_LOOP_REASON",
@@ -507,8 +508,15 @@ class RsiClient:
 
         The harness is resolved once, before the turn, and used for the whole turn (ARCHITECTURE
         invariant 1): a change published meanwhile applies from the next turn. World capture
-        follows ``RSI_RECORD_WORLD``; model retries follow the settings. A database failure while
-        recording is logged (the answer is still returned); an unreachable Redis or broker defers.
+        follows ``RSI_RECORD_WORLD``; model retries follow the settings; an unreachable Redis or
+        broker defers the trigger.
+
+        **Recording never loses the answer** (``docs/operations/failure-recovery.md``, *Capture
+        errors*): the result comes back with ``recorded = True`` when the turn was stored as the
+        settings ask, else ``recorded = False`` and ``record_error`` saying why — the kernel refused
+        or could not capture the world, or ``record_turn`` raised (invalid input, a credential, a
+        database error). The reason names the error class and, for the project's own errors, their
+        message (field paths, never values); a database error is named by its class only.
 
         Raises:
             InvalidInput: ``plan.io_id`` is empty, or ``plan.agent_id`` names another agent.
@@ -527,11 +535,20 @@ class RsiClient:
         harness, label = self._resolve(agent_id)
         result = run_turn(plan, harness, model_client, record_world=self.settings.record_world, seed=seed,
                           retry=RetryPolicy.from_settings(self.settings), lineage=label)
+        return self._record_result(agent_id, result)
+
+    def _record_result(self, agent_id: str, result: TurnResult) -> TurnResult:
+        """Record a finished turn of :meth:`run_turn`; set ``recorded`` / ``record_error``."""
         try:
             self.record_turn(agent_id, result)
-        except SQLAlchemyError as exc:
-            log.error("agent %s: turn %s not recorded: database error %s", agent_id, plan.io_id,
-                      type(exc).__name__)
+        except Exception as exc:  # the host keeps its answer whatever recording does
+            reason = f"not recorded: {safe_reason(exc, 200)}"
+            if isinstance(exc, SQLAlchemyError):
+                reason = f"not recorded: database error {type(exc).__name__}"
+            log.error("agent %s: turn not recorded: %s", agent_id, type(exc).__name__)
+            result.recorded, result.record_error = False, reason
+            return result
+        result.recorded = not result.record_error  # set by the kernel when the world was not captured
         return result
 
     # --- lifecycle --------------------------------------------------------------------------------

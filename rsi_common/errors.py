@@ -179,5 +179,14 @@ class ErrorRecord(TypedDict):
 
 
 def error_record(exc: BaseException, limit: int = 300) -> ErrorRecord:
-    """Return ``{type, message}`` for ``exc``, the message cut to ``limit`` characters."""
-    return {"type": type(exc).__name__, "message": str(exc)[:limit]}
+    """Return ``{type, message}`` for ``exc``, the message cut to ``limit`` characters.
+
+    The message is safe to store and show (:func:`rsi_common.stored.safe_text`: invalid characters
+    replaced, credential-shaped text withheld); a database error's message, which quotes the
+    statement and its parameters, is not kept at all.
+    """
+    from rsi_common.stored import safe_text
+
+    if type(exc).__module__.split(".")[0] == "sqlalchemy":
+        return {"type": type(exc).__name__, "message": "database error (statement and parameters not shown)"}
+    return {"type": type(exc).__name__, "message": safe_text(str(exc), limit)}

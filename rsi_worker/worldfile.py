@@ -46,10 +46,9 @@ handed off (Redis or broker down) leaves the worlds un-enqueued for the sweeper.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.exc import DataError, IntegrityError
@@ -81,10 +80,12 @@ from rsi_common.dispatch import Dispatcher
 from rsi_common.errors import CredentialError, InvalidInput, RsiError, WorldError
 from rsi_common.handoff import trigger_consolidation
 from rsi_common.host_input import parse_turn
+from rsi_common.stored import first_problem, repair
 from rsi_common.world import new_world_id
 
 __all__ = [
     "LINE_KEYS",
+    "ExportNote",
     "ImportReport",
     "LineError",
     "ParsedLine",
@@ -99,47 +100,76 @@ LINE_KEYS: tuple[str, ...] = ("agent_id", "io_id", "interaction_id", "seq", "wor
 """Keys of a line, in output order."""
 
 
-def _line_of(row: WorldRow) -> str:
-    obj = {
-        "agent_id": row.agent_id,
-        "io_id": row.io_id,
-        "interaction_id": row.interaction_id,
-        "seq": row.seq,
-        "world": row.world,
-        "signals": row.signals or {},
-    }
+def _line(obj: Mapping[str, Any]) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-_SURROGATES = re.compile("[\ud800-\udfff]")
+@dataclass(frozen=True)
+class ExportNote:
+    """A stored row the export could not write as stored: ``skipped`` (not written) or ``repaired``
+    (written with invalid characters replaced); ``reason`` quotes no content."""
+
+    world_id: str
+    action: Literal["skipped", "repaired"]
+    reason: str
+
+    def line(self) -> str:
+        """The stderr line of ``rsi worlds export``."""
+        return f"world {self.world_id}: {self.action}: {self.reason}"
 
 
-def _export_line(row: WorldRow) -> tuple[str | None, str | None]:
-    """(line or None when skipped, note or None) of one stored row."""
-    try:
-        line = _line_of(row)
-    except (ValueError, TypeError, RecursionError) as exc:  # NaN, a non-JSON value, deep legacy JSON
-        return None, f"world {row.id}: skipped, not writable as JSON ({type(exc).__name__})"
-    if line.isascii():
-        return line, None
-    line, n = _SURROGATES.subn("\ufffd", line)
-    return line, (f"world {row.id}: {n} lone surrogate(s) replaced by U+FFFD" if n else None)
+def _export_line(row: Any) -> tuple[str | None, ExportNote | None]:
+    """One stored row as a line, repaired when it can be (lone surrogates → U+FFFD, non-finite
+    numbers → null), or ``None`` with a ``skipped`` note when it cannot be decoded at all."""
+    parts: dict[str, Any] = {}
+    repaired = 0
+    problems: list[str] = []
+    for field_name, text in (("world", row.world), ("signals", row.signals)):
+        try:
+            value = json.loads(text) if text is not None else ({} if field_name == "signals" else None)
+        except (ValueError, RecursionError):
+            return None, ExportNote(row.id, "skipped", f"{field_name}: stored JSON cannot be decoded")
+        problem = first_problem(value, field_name)
+        if problem is not None:
+            value, n = repair(value)
+            left = first_problem(value, field_name)  # what repair cannot fix (too deep)
+            if left is not None:
+                return None, ExportNote(row.id, "skipped", left)
+            problems.append(problem)
+            repaired += n
+        parts[field_name] = value
+    if not isinstance(parts["world"], dict):
+        return None, ExportNote(row.id, "skipped", "world: not a JSON object")
+    obj = {"agent_id": row.agent_id, "io_id": row.io_id, "interaction_id": row.interaction_id, "seq": row.seq,
+           "world": parts["world"], "signals": parts["signals"] or {}}
+    note = None
+    if repaired:
+        note = ExportNote(row.id, "repaired", f"{repaired} invalid value(s) replaced, first at {problems[0]}")
+    return _line(obj), note
 
 
-def export_lines(session: Session, agent_id: str, notes: list[str] | None = None) -> Iterator[str]:
-    """The agent's stored worlds as lines (no newline), oldest first; bad rows are repaired or
-    skipped (module docstring) and reported in ``notes``.
+def export_lines(
+    session: Session, agent_id: str, notes: list[ExportNote] | None = None
+) -> Iterator[str]:
+    """The agent's stored worlds as lines (no newline), oldest first.
+
+    A stored row is never fatal (``docs/operations/failure-recovery.md``, *Export*): each row's
+    JSON is decoded on its own; invalid text (a lone surrogate) and non-finite numbers are
+    repaired (U+FFFD, ``null``), a row that cannot be decoded (or is nested too deeply) is
+    skipped. Each such row is appended to ``notes`` (world id, action, reason).
 
     Raises:
         UnknownAgentError: no such agent.
     """
     get_agent(session, agent_id)
     stmt = (
-        sa.select(WorldRow)
+        sa.select(WorldRow.id, WorldRow.agent_id, WorldRow.io_id, WorldRow.interaction_id, WorldRow.seq,
+                  sa.cast(WorldRow.world, sa.Text).label("world"),
+                  sa.cast(WorldRow.signals, sa.Text).label("signals"))
         .where(WorldRow.agent_id == agent_id)
         .order_by(WorldRow.clock, WorldRow.seq, WorldRow.id)
     )
-    for row in session.execute(stmt).scalars():
+    for row in session.execute(stmt):
         line, note = _export_line(row)
         if note is not None and notes is not None:
             notes.append(note)

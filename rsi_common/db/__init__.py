@@ -49,6 +49,7 @@ from rsi_common.db.runs import (
     Adoption,
     FinalOutcome,
     FinalWrite,
+    fence_status,
     final_write,
     finish_run,
     get_run,
@@ -77,6 +78,7 @@ from rsi_common.db.worlds import (
     update_signals,
     world_by_io,
     world_records,
+    world_texts,
 )
 
 __all__ = [
@@ -102,6 +104,7 @@ __all__ = [
     "db_ago",
     "db_now",
     "ensure_agent",
+    "fence_status",
     "final_write",
     "finish_run",
     "freeze",
@@ -143,4 +146,5 @@ __all__ = [
     "upgrade",
     "world_by_io",
     "world_records",
+    "world_texts",
 ]

@@ -31,7 +31,7 @@ from rsi_worker.commands.common import (
 
 if TYPE_CHECKING:
     from rsi_common.config import Settings
-    from rsi_worker.worldfile import ImportReport
+    from rsi_worker.worldfile import ExportNote, ImportReport
 
 worlds = typer.Typer(no_args_is_help=True, help="Export and import recorded turns (JSON Lines).")
 
@@ -48,11 +48,16 @@ def export_cmd(
     agent: str = typer.Argument(..., help="The agent whose worlds are exported."),
     out: Path | None = OUT_OPT,
 ) -> None:
-    """Write AGENT's stored worlds as JSON Lines, one turn per line, newest last."""
+    """Write AGENT's stored worlds as JSON Lines, one turn per line, newest last.
+
+    A stored row that cannot be written as stored is repaired (invalid characters replaced) or
+    skipped (undecodable); each is named on stderr with its world id and reason, followed by a
+    count. The exit code stays 0: every row that could be exported was.
+    """
     from rsi_common.db import make_engine, session_factory
     from rsi_worker.worldfile import export_lines
 
-    notes: list[str] = []
+    notes: list[ExportNote] = []
     with cli_errors():
         engine = make_engine(load_settings().database_url)
         try:
@@ -62,8 +67,6 @@ def export_cmd(
                 lines = list(export_lines(s, agent, notes))
         finally:
             engine.dispose()
-    for note in notes:
-        typer.echo(note, err=True)
     text = "".join(line + "\n" for line in lines)
     if out is None:
         sys.stdout.write(text)
@@ -71,6 +74,16 @@ def export_cmd(
     else:
         out.write_text(text, encoding="utf-8")
         typer.echo(f"{len(lines)} world(s) of {agent} written to {out}", err=True)
+    _print_notes(notes)
+
+
+def _print_notes(notes: list[ExportNote]) -> None:
+    """One stderr line per repaired or skipped row, then the counts (nothing when all were clean)."""
+    for note in notes:
+        typer.echo(note.line(), err=True)
+    if notes:
+        skipped = sum(1 for n in notes if n.action == "skipped")
+        typer.echo(f"{skipped} world(s) skipped, {len(notes) - skipped} repaired", err=True)
 
 
 @worlds.command("import")

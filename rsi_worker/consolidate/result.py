@@ -39,6 +39,8 @@ class ConsolidationResult:
     usage: dict[str, dict[str, int]] = field(default_factory=dict)
     run_id: str | None = None
     error: dict[str, Any] | None = None
+    skipped_worlds: dict[str, str] = field(default_factory=dict)
+    """World id → why the run left that stored row out (``docs/operations/failure-recovery.md``)."""
 
     def summary(self) -> dict[str, Any]:
         """Every field except ``state`` and ``payload``."""
@@ -57,4 +59,6 @@ class ConsolidationResult:
             out["run_id"] = self.run_id
         if self.error is not None:
             out["error"] = self.error
+        if self.skipped_worlds:
+            out["skipped_worlds"] = dict(self.skipped_worlds)
         return out
