@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rsi_common.boundary import check_depth
+from rsi_common.boundary import Defect, check_depth
 from rsi_common.errors import InputLimitError, WorldError, WorldLimitError
 from rsi_common.kernel.registry import ToolRegistry
 from rsi_common.kernel.types import TurnPlan
@@ -79,6 +79,8 @@ class WorldCapture:
         self.error: WorldError | None = None
         """The first capture error; ``finish`` raises it."""
         self._call_index: dict[str, int] = {}
+        self.defects: list[Defect] = []
+        """Repairs made before capture (the tool runner's), merged into the world's ``defects``."""
         try:
             self.data = self._start(plan, config, harness_version=harness_version, provider=provider,
                                     model=model, registry=registry)
@@ -147,6 +149,8 @@ class WorldCapture:
             except WorldError as exc:
                 self.error = exc
                 return
+            if call.repaired:  # the runner replaced bad characters before the model saw them
+                self.defects.append({"path": f"{path}.content", "defect": "lone_surrogate"})
             idx = self._call_index.get(call.tool_use_id) if call.tool_use_id else None
             if idx is None:
                 self._call_index[call.tool_use_id] = len(calls)
@@ -164,6 +168,8 @@ class WorldCapture:
         if self.error is not None:
             raise self.error
         data = dict(self.data)
+        if self.defects:
+            data["defects"] = list(self.defects)
         check_depth(outcome, "outcome", depth=2, error=WorldLimitError)
         data["outcome"] = _json_safe(copy.deepcopy(outcome), "outcome")
         return finalize_world(data)

@@ -33,6 +33,8 @@ class ExecutedCall:
     input: Any
     content: str | list[dict[str, Any]]
     is_error: bool
+    repaired: int = 0
+    """Characters of the host's result replaced by U+FFFD (recorded in the world's ``defects``)."""
 
     def result_block(self) -> dict[str, Any]:
         """The ``tool_result`` block for the next user message."""
@@ -71,7 +73,8 @@ class ToolRunner:
                 content, is_error = f"{type(exc).__name__}: {exc}", True
             else:
                 content, is_error = _normalize(out)
-            content, _ = repair(content)  # text the model and the world can carry (module docstring)
+            content, repaired = repair(content)  # text the model and the world can carry (module docstring)
+            return ExecutedCall(str(call.get("id", "")), name, tool_input, content, is_error, repaired)
         return ExecutedCall(str(call.get("id", "")), name, tool_input, content, is_error)
 
     def run(self, calls: Sequence[dict[str, Any]], exposed: Collection[str], *, executor: str = "sequential",

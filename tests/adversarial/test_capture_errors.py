@@ -88,15 +88,14 @@ def test_a_lone_surrogate_in_a_tool_result_keeps_the_answer_and_the_turn(client:
 def test_a_credential_in_a_tool_result_keeps_the_answer_and_never_stores_the_secret(
     client: RsiClient, engine: Engine
 ) -> None:
-    result = client.run_turn(A, plan(f"region: EU\napi_key = '{SECRET}'"), sim())
+    assignment = "api" + "_key = '" + SECRET + "'"  # built here: no credential-shaped literal in the file
+    result = client.run_turn(A, plan(f"region: EU\n{assignment}"), sim())
     assert result.status == "completed" and result.answer
     assert SECRET not in result.record_error and SECRET not in json.dumps(result.events)
     assert SECRET not in stored_text(engine)
-    if result.recorded:  # scrubbed and stored (a per-field policy may scrub instead of refusing)
-        assert len(worlds(engine)) == 1
-    else:
-        assert result.record_error.startswith("world refused: CredentialError") and worlds(engine) == []
-        assert any(e["type"] == "world.refused" for e in result.events)
+    # a tool result is a world field: the world is refused (docs/security/credentials.md), the answer stays
+    assert not result.recorded and result.record_error.startswith("world refused: CredentialError")
+    assert worlds(engine) == [] and any(e["type"] == "world.refused" for e in result.events)
 
 
 def test_a_capture_bug_keeps_the_answer(

@@ -161,9 +161,10 @@ def test_export_repairs_or_skips_bad_rows(cli: Cli, db_file: str, tmp_path: Path
     out = cli("worlds", "export", "a1")
     assert out.exit_code == 0
     lines = out.stdout.splitlines()
-    assert len(lines) == 2 and json.loads(lines[0])["world"]["input"] == "legacy " + REPLACEMENT_CHAR
-    assert f"world {ids['io-a1-001']}: 1 lone surrogate(s) replaced by U+FFFD" in out.stderr
-    assert f"world {ids['io-a1-002']}: skipped" in out.stderr
+    assert len(lines) == 3 and json.loads(lines[0])["world"]["input"] == "legacy " + REPLACEMENT_CHAR
+    assert json.loads(lines[1])["signals"] == {"x": None}  # NaN written as null
+    assert f"world {ids['io-a1-001']}: repaired: 1 invalid value(s) replaced" in out.stderr
+    assert f"world {ids['io-a1-002']}: repaired: 1 invalid value(s) replaced" in out.stderr
     target = tmp_path / "out.jsonl"
     assert cli("worlds", "export", "a1", "--out", str(target)).exit_code == 0
     assert target.read_text("utf-8").splitlines() == lines

@@ -190,7 +190,10 @@ def test_run_turn_captures_a_repaired_world(result: Any) -> None:
     out = run_turn(make_plan(input="use lookup", tools=tools), None, model, retry=NO_RETRY, sleep=no_sleep)
     assert out.answer == "the answer" and out.world is not None
     assert _chars_ok(out.world) and out.world["defects"][0]["path"].startswith("tools.calls[0].content")
-    assert any(d["path"].startswith("outcome.transcript") for d in out.world["defects"])
+    # a lone surrogate is repaired by the tool runner before the model sees it (the transcript holds
+    # U+FFFD already); a NUL reaches the model and is repaired in the capture, transcript included
+    if "\x00" in json.dumps(result):
+        assert any(d["path"].startswith("outcome.transcript") for d in out.world["defects"])
 
 
 def test_client_run_turn_records_the_repaired_world(bclient: RsiClient, engine: Engine) -> None:
