@@ -42,8 +42,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from rsi_common import db
+from rsi_common.boundary import MAX_HARNESS_VERSION_CHARS, check_id, check_label
 from rsi_common.config import Settings
 from rsi_common.coord import Coordinator
+from rsi_common.credentials import safe_repr
 from rsi_common.dispatch import Dispatcher, KombuDispatcher, redis_py_url
 from rsi_common.errors import InvalidInput, SettingsError
 from rsi_common.handoff import COORD_ERRORS, trigger_consolidation
@@ -53,6 +55,7 @@ from rsi_common.host_input import ParsedTurn, check_signals, parse_turn
 from rsi_common.invalidation import HarnessCache, InvalidationListener
 from rsi_common.kernel import RetryPolicy, TurnPlan, TurnResult, run_turn
 from rsi_common.llm import ModelClient
+from rsi_common.stored import safe_reason
 
 __all__ = [
     "OWN_LOOP_REASON",
@@ -183,8 +186,8 @@ def _version_arg(version: str | None) -> str | None:
     if version is None or version == H0_VERSION:
         return None
     if not isinstance(version, str) or not version:
-        raise InvalidInput(f"version must be a stored version id or None (H0), got {version!r}")
-    return version
+        raise InvalidInput(f"version must be a stored version id or None (H0), got {type(version).__name__}")
+    return check_label(version, "version", max_chars=MAX_HARNESS_VERSION_CHARS)
 
 
 class RsiClient:
@@ -260,6 +263,8 @@ class RsiClient:
         Raises:
             WorldError: malformed world, naming the field; nothing is stored.
             CredentialError: the world, trajectory or signals contain a credential; nothing is stored.
+            InputLimitError: an id, size, depth, number or character breaks the input boundary
+                (docs/security/input-boundary.md; ``WorldLimitError`` inside the world); nothing is stored.
             InvalidInput: any other malformed input; nothing is stored.
             sqlalchemy.exc.SQLAlchemyError: the database failed; nothing is stored.
         """
@@ -314,17 +319,18 @@ class RsiClient:
             UnknownAgentError: no such agent.
             InvalidInput: no stored world for ``io_id`` (never recorded, or removed by retention),
                 or malformed signals (named ``signals.<key>``).
+            InputLimitError: an id breaks the id grammar, or a signal the input boundary.
             CredentialError: a signal looks like a credential.
         """
-        if not isinstance(io_id, str) or not io_id:
-            raise InvalidInput(f"io_id must be a non-empty string, got {io_id!r}")
+        check_id(agent_id, "agent_id")
+        check_id(io_id, "io_id")
         clean = check_signals(signals)
         with self._sessions.begin() as s:
             frozen = db.get_agent(s, agent_id).frozen
             row = db.update_signals(s, agent_id, clean, io_id=io_id)
             if row is None:
-                raise InvalidInput(f"agent {agent_id!r} has no stored world for io {io_id!r} "
-                                   "(never recorded, or removed by retention)")
+                raise InvalidInput(f"agent {safe_repr(agent_id)} has no stored world for io "
+                                   f"{safe_repr(io_id)} (never recorded, or removed by retention)")
             if not frozen:
                 row.enqueued_at = None
         recorded = RecordedTurn(row.id, row.io_id, row.seq, row.replayable, "frozen")
@@ -341,12 +347,14 @@ class RsiClient:
         drops the entry at once (the listener thread starts on the first call).
 
         Raises:
+            InputLimitError: the agent id breaks the id grammar.
             TamperError, ManifestError, PathEscapeError: the stored payload or pinned directory is
                 invalid (never silently replaced by H0).
         """
         return self._resolve(agent_id)[0]
 
     def _resolve(self, agent_id: str) -> tuple[Harness, HarnessLabel]:
+        check_id(agent_id, "agent_id")
         self._ensure_listener()
         hit = self._cache.get(agent_id)
         if hit is not None:
@@ -450,8 +458,9 @@ class RsiClient:
     def lineage(self, agent_id: str) -> list[VersionInfo]:
         """Every stored version of the agent, oldest first. Raises ``UnknownAgentError``."""
         with self._read() as s:
+            versions = db.lineage(s, agent_id)  # checks the id first
             lessons = db.regressions(s, agent_id)
-            return [VersionInfo.of(r, lessons) for r in db.lineage(s, agent_id)]
+            return [VersionInfo.of(r, lessons) for r in versions]
 
     def runs(self, agent_id: str, limit: int = 50) -> list[RunInfo]:
         """The agent's latest runs, newest first. Raises ``UnknownAgentError``."""
@@ -465,6 +474,7 @@ class RsiClient:
         Raises:
             InvalidInput: no such run.
         """
+        check_label(run_id, "run_id", max_chars=64)
         with self._read() as s:
             run = db.get_run(s, run_id)
             params = run.params or {}
@@ -504,26 +514,47 @@ class RsiClient:
 
         The harness is resolved once, before the turn, and used for the whole turn (ARCHITECTURE
         invariant 1): a change published meanwhile applies from the next turn. World capture
-        follows ``RSI_RECORD_WORLD``; model retries follow the settings. A database failure while
-        recording is logged (the answer is still returned); an unreachable Redis or broker defers.
+        follows ``RSI_RECORD_WORLD``; model retries follow the settings; an unreachable Redis or
+        broker defers the trigger.
+
+        **Recording never loses the answer** (``docs/operations/failure-recovery.md``, *Capture
+        errors*): the result comes back with ``recorded = True`` when the turn was stored as the
+        settings ask, else ``recorded = False`` and ``record_error`` saying why — the kernel refused
+        or could not capture the world, or ``record_turn`` raised (invalid input, a credential, a
+        database error). The reason names the error class and, for the project's own errors, their
+        message (field paths, never values); a database error is named by its class only.
 
         Raises:
             InvalidInput: ``plan.io_id`` is empty, or ``plan.agent_id`` names another agent.
+            InputLimitError: an id of the plan breaks the id grammar (checked before the turn runs).
         """
         if not plan.io_id:
             raise InvalidInput("plan.io_id: a recorded turn needs the host's turn id")
+        check_id(agent_id, "agent_id")
+        check_id(plan.io_id, "plan.io_id")
+        check_id(plan.interaction_id, "plan.interaction_id", empty_ok=True)
+        check_id(plan.session_id or "", "plan.session_id", empty_ok=True)
         if plan.agent_id and plan.agent_id != agent_id:
-            raise InvalidInput(f"plan.agent_id {plan.agent_id!r} differs from {agent_id!r}")
+            raise InvalidInput(f"plan.agent_id {safe_repr(plan.agent_id)} differs from {safe_repr(agent_id)}")
         if not plan.agent_id:
             plan = dataclasses.replace(plan, agent_id=agent_id)
         harness, label = self._resolve(agent_id)
         result = run_turn(plan, harness, model_client, record_world=self.settings.record_world, seed=seed,
                           retry=RetryPolicy.from_settings(self.settings), lineage=label)
+        return self._record_result(agent_id, result)
+
+    def _record_result(self, agent_id: str, result: TurnResult) -> TurnResult:
+        """Record a finished turn of :meth:`run_turn`; set ``recorded`` / ``record_error``."""
         try:
             self.record_turn(agent_id, result)
-        except SQLAlchemyError as exc:
-            log.error("agent %s: turn %s not recorded: database error %s", agent_id, plan.io_id,
-                      type(exc).__name__)
+        except Exception as exc:  # the host keeps its answer whatever recording does
+            reason = f"not recorded: {safe_reason(exc, 200)}"
+            if isinstance(exc, SQLAlchemyError):
+                reason = f"not recorded: database error {type(exc).__name__}"
+            log.error("agent %s: turn not recorded: %s", agent_id, type(exc).__name__)
+            result.recorded, result.record_error = False, reason
+            return result
+        result.recorded = not result.record_error  # set by the kernel when the world was not captured
         return result
 
     # --- lifecycle --------------------------------------------------------------------------------

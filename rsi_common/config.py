@@ -11,22 +11,39 @@ Every setting is an environment variable with the prefix ``RSI_`` (SPEC §1.6):
 An ``RSI_*`` variable that names no setting is an error (:class:`~rsi_common.errors.SettingsError`),
 so a misspelt setting is never silently dropped. No module reads the environment at import time:
 the environment is read when :class:`Settings` is constructed.
+
+**Validation at load** (``docs/operations/settings.md``): every invalid value — a range, a cross-field
+constraint (``b_min > b_max``, ``m_draft > m``, any RRSI constraint of the consolidation parameters, the
+visibility timeout against the hard time limit), a URL with an unsupported scheme or a port outside
+1..65535 (:mod:`rsi_common.settings_checks`) — makes the constructor raise
+:class:`~rsi_common.errors.SettingsError` with one line naming the environment variables and never a
+value, so a command fails at once with exit code 2 instead of every run failing later.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from rsi_common.errors import SettingsError
+from rsi_common.errors import InvalidInput, SettingsError
 from rsi_common.math.params import RRSIParams
+from rsi_common.settings_checks import check_database_url, check_http_url, check_redis_url, settings_message
 
 __all__ = [
     "ROLES",
@@ -40,6 +57,8 @@ __all__ = [
 ]
 
 ProviderName = Literal["sim", "anthropic", "openai"]
+_LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+_FACTORY_SPEC = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 ROLES: tuple[str, ...] = ("judge", "signal", "analyst", "proposer", "critic")
 
 
@@ -73,6 +92,11 @@ class RoleModel(_Frozen):
     """Model name of the role."""
     base_url: str | None = None
     """Endpoint of the role's provider (e.g. an OpenAI-compatible server)."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        return check_http_url(v)
 
 
 class RoleModels(_Frozen):
@@ -169,6 +193,16 @@ class ConsolidationParams(_Frozen):
     """Gate ceilings as JSON: ``{"<kind>.<param>": ceiling}``; a candidate may not raise a listed
     param above it (docs/security/gate.md)."""
 
+    @model_validator(mode="after")
+    def _rrsi_constraints(self) -> ConsolidationParams:
+        try:
+            self.rrsi()
+        except InvalidInput as exc:  # pydantic reports a ValueError as a validation error
+            names = "|".join(sorted(type(self).model_fields, key=len, reverse=True))
+            text = re.sub(rf"\b({names})\b", lambda m: f"RSI_CONSOLIDATION__{m[1].upper()}", str(exc))
+            raise ValueError(text) from None
+        return self
+
     def rrsi(self) -> RRSIParams:
         """The RRSI parameters of consolidation (SPEC §1.4): the same ``T, k, m, b_min, b_max, w,
         m_draft, delta_z, beta0, beta1, w_s, w_c, w_n, n_prune, invalid_missing_frac`` and
@@ -199,9 +233,11 @@ class Settings(BaseSettings):
     )
 
     database_url: str = "sqlite:///.rsi/rsi.db"
-    """SQLAlchemy URL of the durable state (PostgreSQL in production, SQLite embedded)."""
+    """SQLAlchemy URL of the durable state: ``postgresql+psycopg://…`` in production, ``sqlite:///…``
+    embedded (other schemes are refused)."""
     redis_url: str | None = None
-    """Broker, result backend and coordination; ``None`` selects an embedded mode."""
+    """Broker, result backend and coordination (``redis://``, ``rediss://``, ``unix://``,
+    ``redis+socket://``); unset or empty selects an embedded mode."""
     home: Path = Path(".rsi")
     """Directory of embedded-mode state (SQLite file, private redis-server socket)."""
     mode: Literal["production", "paper"] = "production"
@@ -259,14 +295,62 @@ class Settings(BaseSettings):
     """A task redelivered more often than this is answered with a structured failure."""
     sweep_interval_s: float = Field(30.0, gt=0)
     """Period of the sweeper (Celery beat)."""
-    metrics_port: int | None = None
-    """Port of the worker's Prometheus endpoint; ``None`` = off."""
+    metrics_port: int | None = Field(None, ge=1, le=65535)
+    """Port of the worker's Prometheus endpoint (1..65535); ``None`` = off."""
     log_format: Literal["json", "text"] = "json"
     """``json``: one JSON object per line (``rsi_worker.logs``); ``text``: one readable line."""
     log_level: str = "INFO"
     """Root log level of ``rsi worker`` / ``rsi beat`` (``-l`` overrides it)."""
     otel: bool = False
     """OpenTelemetry tracing of Celery tasks; needs the ``otel`` extra (``rsi_worker.tracing``)."""
+
+    def __init__(self, **values: Any) -> None:
+        """Read the environment (and ``values``) and validate.
+
+        Raises:
+            SettingsError: an unknown ``RSI_*`` variable or an invalid value (one line naming the
+                variables, never a value).
+        """
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise SettingsError(settings_message(exc)) from None
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, v: str) -> str:
+        return check_database_url(v)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, v: str | None) -> str | None:
+        return check_redis_url(v)
+
+    @field_validator("anthropic_base_url", "openai_base_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        return check_http_url(v)
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, v: str) -> str:
+        if v.upper() not in _LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(_LOG_LEVELS)}")
+        return v
+
+    @field_validator("model_factory")
+    @classmethod
+    def _factory_spec(cls, v: str | None) -> str | None:
+        if v is not None and not _FACTORY_SPEC.fullmatch(v):
+            raise ValueError("must look like 'package.module:callable'")
+        return v
+
+    @model_validator(mode="after")
+    def _time_limits(self) -> Settings:
+        if self.task_soft_time_limit_s >= self.task_time_limit_s:
+            raise ValueError(f"task_soft_time_limit_s ({self.task_soft_time_limit_s}) must be below "
+                             f"task_time_limit_s ({self.task_time_limit_s})")
+        return self
 
     @field_validator("visibility_timeout_s")
     @classmethod

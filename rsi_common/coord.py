@@ -16,6 +16,10 @@ Keys (``{agent}``, ``{run}``, ``{cand}`` are format fields; values are UTF-8 str
 ``rsi:run:{run}:cancel:{cand}``   ``"1"`` once the candidate provably cannot pass the floor; TTL ``run_ttl_s``
 ================================  =======================================================================
 
+The sweeper iterates the agents that have a lease or a pending mark with :meth:`Coordinator.agents_with`
+(``SCAN`` over ``rsi:*:lease`` / ``rsi:*:pending``; the agent id is the text between the prefix and
+the suffix, whatever characters it holds).
+
 Pub/sub channel :data:`HARNESS_CHANNEL` (``rsi:harness``): message = agent id, published on every
 adopt, rollback, pin or clone (SPEC §3.12.9). Run keys expire ``run_ttl_s`` after their last write
 and :meth:`Coordinator.cleanup_run` deletes them at the end of a run. Redis Cluster is not
@@ -53,9 +57,9 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import redis
 
@@ -408,6 +412,24 @@ class Coordinator:
     def delete_lease_if(self, agent: str, token: str) -> bool:
         """Delete the agent's lease if it still holds ``token`` (compare-and-delete)."""
         return bool(self._delete_if(keys=[lease_key(agent)], args=[token]))
+
+    def lease_ttl_ms(self, agent: str) -> int | None:
+        """Milliseconds left on the agent's lease (``PTTL``): ``None`` when there is no lease, ``-1``
+        when the key has no expiry (never set by this protocol; a leftover the sweeper deletes)."""
+        ttl = int(self.client.pttl(lease_key(agent)))
+        return None if ttl == -2 else ttl
+
+    def agents_with(self, kind: Literal["lease", "pending"], *, count: int = 500) -> Iterator[str]:
+        """Agent ids that have a ``rsi:{agent}:lease`` (``kind="lease"``) or ``rsi:{agent}:pending`` key.
+
+        Uses ``SCAN`` (never blocks the server): an agent may be reported more than once, and keys
+        created or deleted during the iteration may or may not be reported.
+        """
+        suffix = f":{kind}"
+        for raw in self.client.scan_iter(match=f"rsi:*{suffix}", count=count):
+            key = _text(raw)
+            if len(key) > len("rsi:") + len(suffix):
+                yield key[len("rsi:"):-len(suffix)]
 
     def pending(self, agent: str) -> str | None:
         """The agent's pending io, if any (read only)."""

@@ -23,10 +23,12 @@ __all__ = [
     "ErrorRecord",
     "FenceRejected",
     "InfrastructureError",
+    "InputLimitError",
     "InvalidInput",
     "LeaseLost",
     "LockedFieldError",
     "ManifestError",
+    "ManifestLimitError",
     "ModelAuthError",
     "ModelBadRequest",
     "ModelError",
@@ -40,6 +42,7 @@ __all__ = [
     "UnknownAgentError",
     "UnknownVersionError",
     "WorldError",
+    "WorldLimitError",
     "error_record",
 ]
 
@@ -81,6 +84,20 @@ class WorldError(InvalidInput):
 
 class CredentialError(WorldError):
     """A record contains something that looks like a credential and was refused."""
+
+
+class InputLimitError(InvalidInput):
+    """A value breaks a rule of the input boundary (:mod:`rsi_common.boundary`): a size or nesting
+    limit, the id grammar, a number range or a character rule. The message starts with the field
+    path and names the limit; it never contains the value (docs/security/input-boundary.md)."""
+
+
+class WorldLimitError(InputLimitError, WorldError):
+    """An input-boundary refusal inside a world record (caught wherever a bad world is)."""
+
+
+class ManifestLimitError(InputLimitError, ManifestError):
+    """An input-boundary refusal inside a harness manifest or payload (caught wherever a bad manifest is)."""
 
 
 class UnknownAgentError(InvalidInput, KeyError):
@@ -162,5 +179,14 @@ class ErrorRecord(TypedDict):
 
 
 def error_record(exc: BaseException, limit: int = 300) -> ErrorRecord:
-    """Return ``{type, message}`` for ``exc``, the message cut to ``limit`` characters."""
-    return {"type": type(exc).__name__, "message": str(exc)[:limit]}
+    """Return ``{type, message}`` for ``exc``, the message cut to ``limit`` characters.
+
+    The message is safe to store and show (:func:`rsi_common.stored.safe_text`: invalid characters
+    replaced, credential-shaped text withheld); a database error's message, which quotes the
+    statement and its parameters, is not kept at all.
+    """
+    from rsi_common.stored import safe_text
+
+    if type(exc).__module__.split(".")[0] == "sqlalchemy":
+        return {"type": type(exc).__name__, "message": "database error (statement and parameters not shown)"}
+    return {"type": type(exc).__name__, "message": safe_text(str(exc), limit)}

@@ -26,27 +26,60 @@ Unknown keys are an error. Decisions where the spec is silent:
   error (a misspelt signal must not vanish); a string that matches a credential pattern is refused.
 * The trajectory is checked the same way for credentials (it should carry none by construction);
   a missing ``trajectory_id`` is generated.
+* Error messages name the field path and, for a credential, the pattern labels — never a value that
+  could be a secret (``docs/security/credentials.md``): a type or a range is named instead, an id is
+  shown by :func:`~rsi_common.credentials.safe_repr`, a credential-shaped key as ``<redacted key>``.
+
+**The input boundary** (:mod:`rsi_common.boundary`, docs/security/input-boundary.md) holds before
+anything else: the agent id and every host id follow the id grammar; signals are refused — never
+repaired — when a string holds a lone surrogate or U+0000, or breaks its size limit
+(``expected``, ``comment``, ``issue``, each criterion, the number of criteria); the trajectory is
+checked in one walk (depth, characters, integers within ±(2**53 − 1), size) and its columns
+against their SQL types (``String(n)`` lengths, ``INTEGER`` range). Messages name the field path
+and the limit, never the value.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rsi_common.credentials import find_credentials
-from rsi_common.errors import CredentialError, InvalidInput, WorldError
+import sqlalchemy as sa
+
+from rsi_common.boundary import (
+    MAX_COMMENT_BYTES,
+    MAX_CRITERIA,
+    MAX_CRITERION_BYTES,
+    MAX_EXPECTED_BYTES,
+    MAX_INT32,
+    MAX_ISSUE_BYTES,
+    MAX_TRAJECTORY_BYTES,
+    check_depth,
+    check_id,
+    check_int,
+    check_label,
+    check_text,
+    is_id,
+    key_segment,
+    scan,
+)
+from rsi_common.credentials import describe, find_in, safe_repr
+from rsi_common.db.models import TrajectoryRow
+from rsi_common.errors import CredentialError, InputLimitError, InvalidInput, WorldError
 from rsi_common.kernel import TurnResult
 from rsi_common.world import finalize_world
 
-__all__ = ["SIGNAL_KEYS", "TURN_KEYS", "ParsedTurn", "check_signals", "parse_turn"]
+__all__ = ["SIGNAL_KEYS", "SIGNAL_LIMITS", "TURN_KEYS", "ParsedTurn", "check_signals", "parse_turn"]
 
 TURN_KEYS: tuple[str, ...] = ("world", "trajectory", "signals", "own_loop", "io_id")
 """Keys a turn mapping may have."""
 SIGNAL_KEYS: tuple[str, ...] = ("expected", "stars", "issue", "comment", "criteria")
 """Explicit signals a host may set (SPEC §3.4); ``implicit`` is written by consolidation only."""
+SIGNAL_LIMITS: dict[str, int] = {"expected": MAX_EXPECTED_BYTES, "comment": MAX_COMMENT_BYTES,
+                                 "issue": MAX_ISSUE_BYTES}
+"""Size limit of each text signal, in UTF-8 bytes (criteria: ``MAX_CRITERION_BYTES`` each)."""
 
 
 @dataclass(frozen=True)
@@ -69,10 +102,20 @@ class ParsedTurn:
 
 
 def _refuse(where: str, value: Any) -> None:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    labels = find_credentials(text)
-    if labels:
-        raise CredentialError(f"{where}: looks like a credential ({', '.join(labels)}); refused")
+    hit = find_in(value, where)
+    if hit is not None:
+        path, labels = hit
+        raise CredentialError(f"{path}: looks like a credential ({describe(labels)}); refused")
+
+
+def _criteria(value: Any, name: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+        raise InvalidInput(f"{name}: must be a list of strings")
+    if len(value) > MAX_CRITERIA:
+        raise InputLimitError(f"{name}: more than {MAX_CRITERIA} criteria (the limit)")
+    for i, c in enumerate(value):
+        check_text(c, f"{name}[{i}]", max_bytes=MAX_CRITERION_BYTES)
+    return list(value)
 
 
 def check_signals(signals: Any, where: str = "signals") -> dict[str, Any]:
@@ -80,6 +123,7 @@ def check_signals(signals: Any, where: str = "signals") -> dict[str, Any]:
 
     Raises:
         InvalidInput: not a mapping, an unknown key or a wrongly typed value (named ``signals.<key>``).
+        InputLimitError: a string breaks the input boundary (bad character, size, count).
         CredentialError: a value looks like a credential.
     """
     if signals is None:
@@ -87,23 +131,25 @@ def check_signals(signals: Any, where: str = "signals") -> dict[str, Any]:
     if not isinstance(signals, Mapping):
         raise InvalidInput(f"{where}: must be an object, got {type(signals).__name__}")
     out: dict[str, Any] = {}
-    for key, value in signals.items():
-        name = f"{where}.{key}"
+    for i, (key, value) in enumerate(signals.items()):
         if key == "implicit":
             continue
         if key not in SIGNAL_KEYS:
-            raise InvalidInput(f"{name}: unknown signal; known: {', '.join(SIGNAL_KEYS)}")
+            raise InvalidInput(f"{where}{key_segment(key, i)}: unknown signal; "
+                               f"known: {', '.join(SIGNAL_KEYS)}")
+        name = f"{where}.{key}"
         if key == "stars":
-            ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 5)
-            if not ok:
-                raise InvalidInput(f"{name}: must be an integer 1..5 or null, got {value!r}")
-        elif key == "criteria":
-            if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
-                raise InvalidInput(f"{name}: must be a list of strings")
-        elif not isinstance(value, str):
-            raise InvalidInput(f"{name}: must be a string, got {type(value).__name__}")
+            is_int = isinstance(value, int) and not isinstance(value, bool)
+            if not (value is None or (is_int and 1 <= value <= 5)):
+                got = "an integer out of range" if is_int else type(value).__name__
+                raise InvalidInput(f"{name}: must be an integer 1..5 or null, got {got}")
+            out[key] = value
+            continue
+        if key == "criteria":
+            out[key] = _criteria(value, name)
+        else:
+            out[key] = check_text(value, name, max_bytes=SIGNAL_LIMITS[key])
         _refuse(name, value)
-        out[key] = list(value) if key == "criteria" else value
     return out
 
 
@@ -112,7 +158,8 @@ def _world(agent_id: str, world: Any) -> dict[str, Any]:
         raise WorldError(f"<world>: a world must be a JSON object, got {type(world).__name__}")
     named = world.get("agent_id")
     if named not in (None, "", agent_id):
-        raise WorldError(f"agent_id: the world names agent {named!r}, not {agent_id!r}")
+        shown = safe_repr(named) if is_id(named) else "another agent"
+        raise WorldError(f"agent_id: the world names agent {shown}, not {safe_repr(agent_id)}")
     data = dict(world)
     data["agent_id"] = agent_id
     final = finalize_world(data)
@@ -121,19 +168,46 @@ def _world(agent_id: str, world: Any) -> dict[str, Any]:
     return final
 
 
+_TRAJECTORY_IDS = ("io_id", "interaction_id")
+_ERROR_CHARS = 300
+"""``error`` is cut to its column (``String(300)``) when stored; checked after the cut."""
+
+
+def _trajectory_columns(out: dict[str, Any]) -> None:
+    """Each value bound for a ``rsi_trajectories`` column fits its SQL type on every database."""
+    for col in TrajectoryRow.__table__.columns:
+        value = out.get(col.key)
+        if value is None or col.key in ("id", "agent_id", "created_at", *_TRAJECTORY_IDS):
+            continue
+        path = f"trajectory.{col.key}"
+        if col.key == "error":  # free text (newlines allowed), cut when stored
+            check_text(str(value)[:_ERROR_CHARS], path, max_bytes=4 * _ERROR_CHARS)
+        elif isinstance(col.type, sa.String) and col.type.length is not None:
+            check_label(value, path, max_chars=col.type.length)
+        elif isinstance(col.type, sa.Integer) and not isinstance(col.type, sa.BigInteger):
+            check_int(value, path, lo=-MAX_INT32 - 1, hi=MAX_INT32)
+
+
 def _trajectory(agent_id: str, io_id: str, trajectory: Any) -> dict[str, Any] | None:
     if trajectory is None:
         return None
     if not isinstance(trajectory, Mapping):
         raise InvalidInput(f"trajectory: must be an object, got {type(trajectory).__name__}")
+    check_depth(trajectory, "trajectory")
     named = trajectory.get("agent_id")
     if named not in (None, "", agent_id):
-        raise InvalidInput(f"trajectory.agent_id: names agent {named!r}, not {agent_id!r}")
+        raise InvalidInput(f"trajectory.agent_id: names another agent than {safe_repr(agent_id)}")
     out = dict(trajectory)
     out["agent_id"] = agent_id
-    out["trajectory_id"] = str(out.get("trajectory_id") or "t_" + uuid.uuid4().hex[:24])
+    out["trajectory_id"] = check_id(out.get("trajectory_id") or "t_" + uuid.uuid4().hex[:24],
+                                    "trajectory.trajectory_id", max_chars=64)
     if not out.get("io_id"):
         out["io_id"] = io_id or None
+    for key in _TRAJECTORY_IDS:
+        if out.get(key) is not None:
+            check_id(out[key], f"trajectory.{key}", empty_ok=True)
+    scan(out, "trajectory", max_bytes=MAX_TRAJECTORY_BYTES)
+    _trajectory_columns(out)
     _refuse("trajectory", out)
     return out
 
@@ -143,7 +217,7 @@ def _fields(turn: Any) -> dict[str, Any]:
         return {"world": turn.world, "trajectory": turn.trajectory}
     if not isinstance(turn, Mapping):
         raise InvalidInput(f"a turn must be a TurnResult or a mapping, got {type(turn).__name__}")
-    unknown = sorted(str(k) for k in turn if k not in TURN_KEYS)
+    unknown = sorted(key_segment(k, i)[1:] for i, k in enumerate(turn) if k not in TURN_KEYS)
     if unknown:
         raise InvalidInput(f"turn: unknown key(s) {', '.join(unknown)}; known: {', '.join(TURN_KEYS)}")
     return dict(turn)
@@ -160,14 +234,15 @@ def parse_turn(agent_id: str, turn: Any, *, record_world: bool) -> ParsedTurn:
     Raises:
         WorldError: the world is malformed (the message starts with the field path).
         CredentialError: the world, trajectory or signals contain a credential.
+        InputLimitError: an id, string, number or size breaks the input boundary (a ``WorldLimitError``
+            inside the world).
         InvalidInput: anything else malformed (unknown key, bad signals, own loop with a world, no io id).
     """
-    if not isinstance(agent_id, str) or not agent_id.strip():
-        raise InvalidInput(f"agent id must be a non-blank string, got {agent_id!r}")
+    check_id(agent_id, "agent_id")
     f = _fields(turn)
     own_loop = f.get("own_loop", False)
     if not isinstance(own_loop, bool):
-        raise InvalidInput(f"own_loop: must be a boolean, got {own_loop!r}")
+        raise InvalidInput(f"own_loop: must be a boolean, got {type(own_loop).__name__}")
     if own_loop and f.get("world") is not None:
         raise InvalidInput("own_loop: a provider that runs its own loop gives no world; pass world=None")
     signals = check_signals(f.get("signals"))
@@ -175,10 +250,10 @@ def parse_turn(agent_id: str, turn: Any, *, record_world: bool) -> ParsedTurn:
     raw_traj, raw_world = f.get("trajectory"), f.get("world")
     given_io = (f.get("io_id") or (raw_world.get("io_id") if isinstance(raw_world, Mapping) else None)
                 or (raw_traj.get("io_id") if isinstance(raw_traj, Mapping) else None) or "")
-    if not isinstance(given_io, str):
-        raise InvalidInput(f"io_id: must be a string, got {given_io!r}")
+    check_id(given_io, "io_id", empty_ok=True)
     if world is not None and f.get("io_id") not in (None, "", world["io_id"]):
-        raise InvalidInput(f"io_id: turn io_id {f['io_id']!r} differs from the world's {world['io_id']!r}")
+        raise InvalidInput(f"io_id: turn io_id {safe_repr(f['io_id'])} differs from the world's "
+                           f"{safe_repr(world['io_id'])}")
     io_id = world["io_id"] if world is not None else given_io
     if own_loop and not io_id:
         raise InvalidInput("io_id: an own-loop turn needs the host's turn id (turn['io_id'])")

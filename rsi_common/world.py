@@ -8,14 +8,15 @@ migrates) a stored one; :class:`TurnWorld` is the read-side view the consolidati
 
 Decisions where SPEC §4.1 is silent:
 
-* **Credentials.** The stored record is scanned with the SPEC §6.2 patterns (:mod:`rsi_common.credentials`)
-  after clipping and the size limit, i.e. exactly what would be stored. A hit anywhere the replay feeds
-  to the model (input, messages, tool calls, memory, plan, outcome) refuses the whole world with
-  :class:`~rsi_common.errors.CredentialError` naming the field path and the pattern label, never the
-  text: a redacted world would replay a different turn. Only ``state.metadata`` (host bookkeeping no
-  component reads) is **scrubbed**: entries whose key/value pair or string matches are dropped.
-  Dict entries are scanned both as values and as ``{"key": value}`` JSON, so ``{"api_key": "…"}`` is
-  caught by the assignment patterns.
+* **Credentials** (``docs/security/credentials.md``). The stored record is scanned with the credential
+  table (:mod:`rsi_common.credentials`, text normalised first) after clipping and the size limit, i.e.
+  exactly what would be stored. A hit anywhere the replay feeds to the model (input, messages, tool
+  calls, memory, plan, outcome) refuses the whole world with :class:`~rsi_common.errors.CredentialError`
+  naming the field path and the pattern labels, never the text: a redacted world would replay a
+  different turn. A path component that is itself credential-shaped (a dict key) is shown as
+  ``<redacted key>``. Only ``state.metadata`` (host bookkeeping no component reads) is **scrubbed**:
+  entries whose key, string value or key/value pair matches are dropped. Dict entries are scanned both
+  as values and as ``{"key": value}`` JSON, so ``{"api_key": "…"}`` is caught by the assignment patterns.
 * **JSON safety.** Outside ``state.metadata`` a value that does not survive a JSON round trip becomes
   ``str(value)``; tuples become lists, non-string keys ``str(key)``, non-finite floats strings. In
   ``state.metadata`` such values are *dropped* instead (a ``str()`` of a host object may leak it), and
@@ -28,14 +29,22 @@ Decisions where SPEC §4.1 is silent:
   needs a non-empty name.
 * :func:`clip` leaves an already clipped string (head, marker, tail of the exact shape) unchanged, so
   :func:`finalize_world` is idempotent.
-* Above the size limit the emptied record is kept even if it is still larger (e.g. a huge ``input``).
+* Above the size limit the emptied record is kept even if it is still larger (e.g. a huge ``input``),
+  up to the hard limit of the input boundary (below).
+* **The input boundary** (:mod:`rsi_common.world_boundary`, docs/security/input-boundary.md): the
+  nesting depth is checked first, without recursion; after clipping, one walk checks every field
+  against its size limit, ids, labels, keys and numbers, and repairs world content: a lone surrogate
+  or U+0000 becomes U+FFFD and is listed in ``defects``. A world still larger than
+  ``MAX_STORED_WORLD_BYTES`` after the emptying is refused.
 
 **Versions and migration.** ``rsi-world/1`` is the first schema; :data:`MIGRATIONS` maps an older schema
 id to a function producing the next one and is empty. Within ``rsi-world/1``, the *late fields* —
-``truncated``, ``images_dropped``, ``bytes``, ``tools.contributed``, ``plan.turn_notes``, ``plan.kwargs``
-and ``memory`` — may be absent in records written by the first capture code ("old format"); they load
-as ``false``, ``false``, the recomputed size, ``[]``, ``[]``, ``{}`` and ``{"present": false, "chunks":
-null}``. Every other field is required. Golden files of both live in ``tests/golden/world/``.
+``truncated``, ``images_dropped``, ``bytes``, ``tools.contributed``, ``plan.turn_notes``, ``plan.kwargs``,
+``memory`` and ``defects`` — may be absent in records written by the first capture code ("old format");
+they load as ``false``, ``false``, the recomputed size, ``[]``, ``[]``, ``{}``, ``{"present": false,
+"chunks": null}`` and ``[]``. ``defects`` is written only when non-empty, so a world without repairs
+has exactly the earlier format. Every other field is required. Golden files live in
+``tests/golden/world/``.
 """
 
 from __future__ import annotations
@@ -45,14 +54,16 @@ import json
 import math
 import re
 import secrets
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from rsi_common.credentials import find_credentials
-from rsi_common.errors import CredentialError, WorldError
+from rsi_common.boundary import MAX_STORED_WORLD_BYTES, Defect, check_depth, merge_defects
+from rsi_common.credentials import describe, find_credentials, find_in, safe_key, safe_repr
+from rsi_common.errors import CredentialError, WorldError, WorldLimitError
+from rsi_common.world_boundary import guard_world
 from rsi_common.world_schema import (
     CLIP_MARKER,
     IMAGE_PLACEHOLDER,
@@ -94,7 +105,7 @@ _CLIP_MARKER_RE = re.compile(r"\n\[… (\d+) characters cut …\]\n")
 def _path(loc: Sequence[Any]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        out += f"[{part}]" if isinstance(part, int) else (f".{safe_key(part)}" if out else safe_key(part))
     return out or "<world>"
 
 
@@ -189,22 +200,6 @@ def _clip_walk(v: Any) -> tuple[Any, bool]:
     return v, False
 
 
-def _strings(v: Any, path: str) -> Iterator[tuple[str, str]]:
-    """(path, text to scan) for every string, dict key and ``{"key": value}`` pair under ``v``."""
-    if isinstance(v, str):
-        yield path, v
-    elif isinstance(v, dict):
-        for k, item in v.items():
-            sub = f"{path}.{k}" if path else str(k)
-            yield sub, str(k)
-            if isinstance(item, str):
-                yield sub, json.dumps({k: item}, ensure_ascii=False)
-            yield from _strings(item, sub)
-    elif isinstance(v, list):
-        for i, item in enumerate(v):
-            yield from _strings(item, f"{path}[{i}]")
-
-
 def _credential_entry(key: Any, item: Any) -> bool:
     texts = [str(key)]
     if isinstance(item, str):
@@ -222,12 +217,13 @@ def _scrub(v: Any) -> Any:
 
 
 def _refuse_credentials(world: Mapping[str, Any]) -> None:
-    for path, text in _strings(dict(world), ""):
-        labels = find_credentials(text)
-        if labels:
-            raise CredentialError(
-                f"{path}: contains text matching the credential pattern '{labels[0]}'; the world is refused"
-            )
+    hit = find_in(dict(world), "")
+    if hit is not None:
+        path, labels = hit
+        raise CredentialError(
+            f"{path or '<world>'}: contains text matching the credential pattern(s) {describe(labels)}; "
+            "the world is refused"
+        )
 
 
 # --- validation and migration --------------------------------------------------------------------
@@ -252,7 +248,9 @@ def migrate_world(obj: Mapping[str, Any]) -> dict[str, Any]:
     while (schema := out.get("schema")) != WORLD_SCHEMA:
         step = MIGRATIONS.get(schema) if isinstance(schema, str) else None
         if step is None or schema in seen:
-            raise WorldError(f"schema: unknown world schema {schema!r} (this code reads {WORLD_SCHEMA})")
+            raise WorldError(
+                f"schema: unknown world schema {safe_repr(schema)} (this code reads {WORLD_SCHEMA})"
+            )
         seen.add(schema)
         out = step(out)
     out.setdefault("truncated", False)
@@ -272,7 +270,8 @@ def _first_non_json(v: Any, path: str) -> str | None:
         return None if math.isfinite(v) else path
     if isinstance(v, dict):
         for k, item in v.items():
-            bad = path if not isinstance(k, str) else _first_non_json(item, f"{path}.{k}" if path else k)
+            sub = f"{path}.{safe_key(k)}" if path else safe_key(k)
+            bad = path if not isinstance(k, str) else _first_non_json(item, sub)
             if bad is not None:
                 return bad
         return None
@@ -293,8 +292,15 @@ def validate_world(obj: Any) -> dict[str, Any]:
         (a stored ``bytes`` is kept as is).
 
     Raises:
-        WorldError: the message starts with the offending field path, e.g. ``tools.calls[0].name: …``.
+        WorldError: the message starts with the offending field path, e.g. ``tools.calls[0].name: …``
+            (``WorldLimitError`` when nested deeper than the input boundary allows).
     """
+    check_depth(obj, "", error=WorldLimitError)
+    return _validate(obj)
+
+
+def _validate(obj: Any) -> dict[str, Any]:
+    """:func:`validate_world` after the depth check."""
     had_bytes = isinstance(obj, Mapping) and "bytes" in obj
     data = migrate_world(obj)
     bad = _first_non_json(data, "")
@@ -308,6 +314,8 @@ def validate_world(obj: Any) -> dict[str, Any]:
         more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
         raise WorldError("; ".join(parts) + more) from None
     out = model.model_dump(mode="json", by_alias=True)
+    if not out["defects"]:
+        del out["defects"]
     if not had_bytes:
         out["bytes"] = world_bytes(out)
     return out
@@ -375,26 +383,42 @@ def _clip_world(w: dict[str, Any]) -> bool:
     return cut
 
 
+def _add_defects(w: dict[str, Any], new: list[Defect]) -> None:
+    """Append new repairs to the record's ``defects`` (a malformed list is left to validation)."""
+    earlier = w.get("defects", [])
+    well_formed = isinstance(earlier, list) and all(
+        isinstance(d, dict) and isinstance(d.get("path"), str) and isinstance(d.get("defect"), str)
+        for d in earlier)
+    if new and well_formed:
+        w["defects"] = merge_defects(earlier, new)
+
+
 def finalize_world(data: Mapping[str, Any]) -> dict[str, Any]:
     """Turn a captured turn into a storable ``rsi-world/1`` record (SPEC §4.1). Idempotent.
 
-    In order: JSON safety and metadata rules; image blocks anywhere → ``IMAGE_PLACEHOLDER`` text
-    blocks (sets ``images_dropped``); ``plan.kwargs`` kept to :data:`SAFE_KWARGS`; tool-call contents
-    and transcript strings clipped (sets ``truncated``); validation; the size limit (above
-    :data:`MAX_WORLD_BYTES`: ``replayable = false``, ``state.messages``, ``outcome.transcript`` emptied,
-    every tool-call content ``""``); the credential check; ``bytes``.
+    In order: the depth check of the input boundary; JSON safety and metadata rules; image blocks
+    anywhere → ``IMAGE_PLACEHOLDER`` text blocks (sets ``images_dropped``); ``plan.kwargs`` kept to
+    :data:`SAFE_KWARGS`; tool-call contents and transcript strings clipped (sets ``truncated``); the
+    boundary walk (field limits, ids, numbers; bad characters of content → U+FFFD, listed in
+    ``defects``); validation; the size limit (above :data:`MAX_WORLD_BYTES`: ``replayable = false``,
+    ``state.messages``, ``outcome.transcript`` emptied, every tool-call content ``""``); the hard limit
+    ``MAX_STORED_WORLD_BYTES``; the credential check; ``bytes``.
 
     Raises:
         CredentialError: a credential pattern matches a stored field (the message names the path and
             the label only).
+        WorldLimitError: the input boundary refuses the record (the message names the field path and
+            the limit, never the value).
         WorldError: the record is malformed (the message names the field).
     """
+    check_depth(data, "", error=WorldLimitError)
     w = _prepare(data)
     w, dropped = _replace_images(w)
     cut = _clip_world(w)
     w["images_dropped"] = bool(w.get("images_dropped")) or dropped
     w["truncated"] = bool(w.get("truncated")) or cut
-    out = validate_world(w)
+    _add_defects(w, guard_world(w))
+    out = _validate(w)
     size = world_bytes(out)
     if size > MAX_WORLD_BYTES:
         out["replayable"] = False
@@ -403,6 +427,9 @@ def finalize_world(data: Mapping[str, Any]) -> dict[str, Any]:
         for call in out["tools"]["calls"]:
             call["content"] = ""
         size = world_bytes(out)
+    if size > MAX_STORED_WORLD_BYTES:
+        raise WorldLimitError(f"<world>: {size:,} bytes after emptying the contents is over the stored-world "
+                              f"limit of {MAX_STORED_WORLD_BYTES:,} bytes")
     _refuse_credentials(out)
     out["bytes"] = size
     return out

@@ -12,6 +12,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from rsi_common.boundary import MAX_DEFECTS
+from rsi_common.credentials import safe_key
+
 __all__ = [
     "CLIP_MARKER",
     "IMAGE_PLACEHOLDER",
@@ -21,6 +24,7 @@ __all__ = [
     "SAFE_KWARGS",
     "WORLD_SCHEMA",
     "Content",
+    "DefectRecord",
     "Memory",
     "MemoryChunk",
     "Message",
@@ -93,7 +97,7 @@ class Plan(_Closed):
     def _safe_kwargs(cls, v: dict[str, Any]) -> dict[str, Any]:
         unsafe = sorted(set(v) - set(SAFE_KWARGS))
         if unsafe:
-            raise ValueError(f"kwargs not in SAFE_KWARGS: {', '.join(unsafe)}")
+            raise ValueError(f"kwargs not in SAFE_KWARGS: {', '.join(safe_key(k) for k in unsafe)}")
         return v
 
 
@@ -170,6 +174,15 @@ class Outcome(_Closed):
     transcript: list[Message]
 
 
+class DefectRecord(_Closed):
+    """A repair made by the input boundary (docs/security/input-boundary.md)."""
+
+    path: str = Field(max_length=300)
+    """The field path of the repaired string."""
+    defect: Literal["lone_surrogate", "nul"]
+    """What was replaced by U+FFFD: a lone surrogate, or U+0000."""
+
+
 class World(_Closed):
     """The ``rsi-world/1`` record (SPEC §4.1), fields in the spec's order."""
 
@@ -194,5 +207,7 @@ class World(_Closed):
     memory: Memory = Memory()
     tools: Tools
     outcome: Outcome
+    defects: list[DefectRecord] = Field(default_factory=list, max_length=MAX_DEFECTS)
+    """Late field: repairs of the input boundary; emitted only when non-empty (absent = ``[]``)."""
     bytes: int = Field(0, ge=0)
     """UTF-8 size of the compact JSON of the record without ``bytes``."""

@@ -204,5 +204,13 @@ def create_app(settings: Settings, *, name: str = "rsi") -> Celery:
 
 
 def app_from_env() -> Any:
-    """The app of this process's environment (the ``celery -A rsi_worker.app:app_from_env`` hook)."""
-    return create_app(Settings())
+    """The app of this process's environment (the ``celery -A rsi_worker.app:app_from_env`` hook).
+
+    Raises:
+        SettingsError: invalid settings, or no ``RSI_REDIS_URL``: a Celery process started this way
+            must never fall back to an in-memory broker that no host publishes to.
+    """
+    settings = Settings()
+    if not settings.redis_url:
+        raise SettingsError("RSI_REDIS_URL is not set: a worker started with celery -A needs the broker URL")
+    return create_app(settings)

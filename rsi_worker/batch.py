@@ -250,18 +250,12 @@ class InlineLauncher:
         self._futures[lease.agent] = self._pool.submit(self._run, lease)
 
     def _run(self, lease: Lease) -> None:
+        """The agent's run and its re-runs; a failed step is settled inside (``failed``, lease
+        released or handed on). What raises here is a run that could not open its row: its lease
+        is released already and :meth:`failure` reports the error."""
         from rsi_worker.consolidate import SerialExecutor, consolidate_inline
-        from rsi_worker.consolidate.finalize import settle
 
-        try:
-            consolidate_inline(self.deps, lease, SerialExecutor(), force=self.force, kind=self.kind)
-        except Exception as exc:  # open_run failed: close its row like the Celery task does
-            log.warning("batch run of %s failed: %s", lease.agent, type(exc).__name__, exc_info=True)
-            run_id = _run_of(self.deps.sessions, lease.agent, lease.fence)
-            if run_id is None:
-                self.deps.coord.delete_lease_if(lease.agent, lease.token)
-                raise
-            settle(self.deps, run_id, exc)
+        consolidate_inline(self.deps, lease, SerialExecutor(), force=self.force, kind=self.kind)
 
     def failure(self, agent_id: str) -> str | None:
         fut = self._futures.get(agent_id)
@@ -270,12 +264,6 @@ class InlineLauncher:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-
-
-def _run_of(sessions: sessionmaker[Session], agent: str, fence: int) -> str | None:
-    with _read(sessions) as s:
-        return s.execute(sa.select(RunRow.id).where(RunRow.agent_id == agent, RunRow.fence == fence)
-                         ).scalar_one_or_none()
 
 
 @contextlib.contextmanager

@@ -1,16 +1,35 @@
 """The ``rsi`` command (typer): assembled from :mod:`rsi_worker.commands`.
 
 Every command that prints a table also takes ``--json`` for scripts.
+
+Every command runs inside :class:`RsiGroup`, the one place that turns the project's errors into an
+exit code and one line on stderr (:func:`~rsi_worker.commands.common.cli_errors`): a settings error
+(``RSI_*`` invalid, unsupported URL scheme, a port out of range, ``b_min > b_max``, …) exits with
+code 2 and never a traceback, whatever the command (``docs/operations/settings.md``).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
 
 from rsi_worker.commands import admin, batch, bench, cluster, db, loadtest, worlds
+from rsi_worker.commands.common import cli_errors
+
+
+class RsiGroup(TyperGroup):
+    """The root group: runs the chosen command inside :func:`cli_errors`."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer's vendored click.Context
+        with cli_errors():
+            return super().invoke(ctx)
+
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="rsi-worker: harnesses that improve from use."
+    cls=RsiGroup, add_completion=False, no_args_is_help=True,
+    help="rsi-worker: harnesses that improve from use.",
 )
 cluster.register(app)
 admin.register(app)

@@ -17,9 +17,10 @@ since a signal handler cannot log safely.
 
 **Credentials never reach the output** (ARCHITECTURE §7 invariant 7): every string of a line —
 message, extras, traceback — goes through a :class:`Scrubber` that replaces the values of the
-settings' secrets (``SecretStr`` fields, passwords in URLs), anything matching
-:data:`rsi_common.credentials.CREDENTIAL_PATTERNS`, and the password part of any ``scheme://user:pw@``
-URL with ``[redacted]``.
+settings' secrets (``SecretStr`` fields, passwords in URLs), anything the credential table finds
+(:func:`rsi_common.credentials.redact`, the table world capture and the critic use; see
+``docs/security/credentials.md``), and the password part of any ``scheme://user:pw@`` URL, placeholder
+or not, with ``[redacted]``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, SecretStr
 
 from rsi_common.config import Settings
-from rsi_common.credentials import CREDENTIAL_PATTERNS
+from rsi_common.credentials import REDACTED, redact, redact_urls
 
 __all__ = [
     "CONTEXT_FIELDS",
@@ -56,7 +56,6 @@ __all__ = [
     "secrets_of",
 ]
 
-REDACTED = "[redacted]"
 MIN_SECRET_CHARS = 8
 """Shorter secret values are not replaced verbatim everywhere (a password ``rsi`` would garble every
 logger name); they are still caught inside URLs by the ``user:password@`` rule."""
@@ -64,7 +63,6 @@ CONTEXT_FIELDS = ("run_id", "agent_id", "task", "task_id")
 
 _VARS: dict[str, ContextVar[str | None]] = {name: ContextVar(f"rsi_log_{name}", default=None)
                                             for name in CONTEXT_FIELDS}
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)(?P<pw>[^@\s/]+)(?P<at>@)")
 _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("x", logging.INFO, "x", 0, "x", None, None))) | {
     "message", "asctime", "taskName", "_rsi_seen",
 }
@@ -144,9 +142,7 @@ class Scrubber:
         for secret in self.secrets:
             if secret in text:
                 text = text.replace(secret, REDACTED)
-        for _label, rx in CREDENTIAL_PATTERNS:
-            text = rx.sub(REDACTED, text)
-        return _URL_PASSWORD.sub(lambda m: f"{m['head']}{REDACTED}{m['at']}", text)
+        return redact_urls(redact(text, REDACTED), REDACTED)
 
     def clean(self, value: Any, depth: int = 0) -> Any:
         """``value`` as JSON-safe data with every string scrubbed."""

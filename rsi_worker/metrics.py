@@ -51,7 +51,8 @@ __all__ = ["NULL_METRICS", "RUN_STATUSES", "Metrics", "PrometheusMetrics", "metr
 RUN_STATUSES = ("adopted", "kept", "recorded", "failed", "skipped", "interrupted")
 """Statuses pre-created at zero so dashboards see every series from the start."""
 LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
-SWEEP_NOT_ACTIONS = frozenset({"runs_checked", "worlds_found", "redis_ok"})
+SWEEP_NOT_ACTIONS = frozenset({"runs_checked", "worlds_found", "leases_checked", "pending_checked",
+                               "redis_ok"})
 """SweepReport fields that are observations, not actions."""
 
 

@@ -1,5 +1,5 @@
 """The sweeper (SPEC §3.12.3, ARCHITECTURE §3) as a plain function; the Celery beat task calls it
-every ``sweep_interval_s``.
+every ``sweep_interval_s``. What each step recovers from: ``docs/operations/failure-recovery.md``.
 
 One :func:`sweep` does, in order:
 
@@ -8,23 +8,32 @@ One :func:`sweep` does, in order:
    older than ``run_stale_s`` by the database clock, is closed as ``interrupted`` (reason ``lease
    expired`` or ``stale``; the conditional update leaves a run that finished meanwhile alone). Its
    lease is deleted if the token still matches (compare-and-delete), and the agent's pending io,
-   if any, is begun (``begin_pending``) and enqueued. If that enqueue fails, the lease is released
-   and the pending turn's world gets ``enqueued_at`` cleared, so step 2 retries it next sweep.
-   Without a pending turn, the interrupted run's own turn is triggered again (its work was lost,
-   e.g. to a Redis restart), unless that turn already has ``MAX_RERUNS`` interrupted runs (a run
-   that keeps dying is not retried for ever; the agent's next turn triggers it again).
-2. **Worlds never handed off** (saved while Redis or the broker was down): worlds with no
+   if any, is begun (``begin_pending``) and enqueued (:func:`~rsi_worker.recovery.hand_on`: if that
+   enqueue fails, the lease is released and the pending turn's world gets ``enqueued_at`` cleared,
+   so step 4 retries it next sweep). Without a pending turn, the interrupted run's own turn is
+   triggered again (its work was lost, e.g. to a Redis restart) as the re-run rule allows
+   (:func:`~rsi_worker.recovery.rerun_allowed`: a turn whose runs keep dying is not retried for ever).
+2. **Leftover leases.** Every lease (``SCAN rsi:*:lease``) whose fence has no ``running`` run: when
+   the fence's run is closed — for at least :data:`~rsi_worker.recovery.CLOSED_LEASE_GRACE_S` — or
+   the key has no expiry, the lease is deleted (compare-and-delete by token) and the agent's pending
+   turn, if any, is begun and enqueued. A lease whose fence has **no run row yet** is left alone:
+   it belongs to a ``consolidate`` task still waiting in the queue, which opens its row when it
+   starts; its grace period is its own TTL (``lease_s``), after which it is gone and step 3 finds
+   what it left.
+3. **Orphaned pending marks.** Every pending mark (``SCAN rsi:*:pending``) of an agent with no lease
+   and no ``running`` run — left when a lease expired or was released while a turn was pending —
+   is begun (``begin_pending``, atomic: it fails if a lease was taken meanwhile) and enqueued: one
+   run for the pending turn.
+4. **Worlds never handed off** (saved while Redis or the broker was down): worlds with no
    ``enqueued_at`` older than ``grace_s`` (database clock). Per agent, the newest is triggered
    (``try_begin`` → enqueue, or the pending mark) and all of them are marked; a frozen agent's are
    marked without a trigger; a deferred trigger leaves them for the next sweep.
 
-Idempotent: a second sweep right after finds nothing to do (asserted by the tests). Safe to run
-concurrently with itself and with runs (every write is conditional or compare-and-set). Redis
-down: step 1 closes only runs that are stale by age and triggers nothing; step 2 defers.
-
-Known limit (documented decision): a pending mark left by a run that died *before* creating its
-run row (its task message was lost by the broker) is not found here; the agent's next turn or
-signal triggers it.
+Idempotent: a second sweep right after finds nothing to do (asserted by the tests): every lease it
+creates belongs to a queued task (step 2 leaves it) and every pending mark it begins is consumed.
+Safe to run concurrently with itself and with runs (every write is conditional or compare-and-set).
+Redis down: step 1 closes only runs that are stale by age and triggers nothing; steps 2–3 are
+skipped; step 4 defers.
 """
 
 from __future__ import annotations
@@ -42,15 +51,15 @@ from rsi_common import db
 from rsi_common.config import Settings
 from rsi_common.coord import Coordinator, LeaseHolder
 from rsi_common.dispatch import Dispatcher
-from rsi_common.handoff import COORD_ERRORS, enqueue_lease, trigger_consolidation
+from rsi_common.handoff import COORD_ERRORS, trigger_consolidation
+from rsi_worker.recovery import CLOSED_LEASE_GRACE_S, MAX_RERUNS, hand_on, rerun_allowed
 
-__all__ = ["LEASE_EXPIRED_REASON", "STALE_REASON", "SweepReport", "sweep"]
+__all__ = ["LEASE_EXPIRED_REASON", "MAX_RERUNS", "STALE_REASON", "SweepReport", "sweep"]
 
 log = logging.getLogger(__name__)
 
 LEASE_EXPIRED_REASON = "lease expired"
 STALE_REASON = "stale: running longer than run_stale_s"
-MAX_RERUNS = 3
 
 
 @dataclass
@@ -62,9 +71,13 @@ class SweepReport:
         lease_expired: runs closed as ``interrupted`` because their lease expired.
         stale: runs closed as ``interrupted`` because they ran longer than ``run_stale_s``.
         leases_deleted: leases of closed runs deleted (the closed run still held them).
-        pending_enqueued: pending turns of closed runs begun and enqueued.
-        reruns: closed runs re-run for their own turn (no pending turn; at most
-            ``MAX_RERUNS`` interrupted runs per turn).
+        pending_enqueued: pending turns begun and enqueued (of closed runs, leftover leases, orphaned marks).
+        reruns: closed runs re-run for their own turn (no pending turn; the re-run rule of
+            :mod:`rsi_worker.recovery`).
+        leases_checked: leases looked at (step 2).
+        leftover_leases: leases deleted because their run was closed (or the key never expired).
+        pending_checked: pending marks looked at (step 3).
+        orphaned_pending: pending marks of agents without lease or running run, begun (one run each).
         worlds_found: worlds never handed off, past the grace period.
         agents_triggered: agents whose newest such world was handed off (enqueued or pending).
         pending_marked: of those, hand-offs that found the lease held (the pending mark was set).
@@ -82,6 +95,10 @@ class SweepReport:
     leases_deleted: int = 0
     pending_enqueued: int = 0
     reruns: int = 0
+    leases_checked: int = 0
+    leftover_leases: int = 0
+    pending_checked: int = 0
+    orphaned_pending: int = 0
     worlds_found: int = 0
     agents_triggered: int = 0
     pending_marked: int = 0
@@ -96,7 +113,7 @@ class SweepReport:
     def actions(self) -> int:
         """Everything the sweep changed (0 for a sweep with nothing to do)."""
         return (self.lease_expired + self.stale + self.leases_deleted + self.enqueued
-                + self.agents_triggered + self.worlds_marked)
+                + self.agents_triggered + self.worlds_marked + self.leftover_leases + self.orphaned_pending)
 
     def to_json(self) -> dict[str, Any]:
         """The counts as a JSON object."""
@@ -128,6 +145,8 @@ def sweep(
     """
     report = SweepReport()
     _close_stale_runs(sessions, coord, dispatcher, settings, report)
+    if report.redis_ok:
+        _sweep_keys(sessions, coord, dispatcher, report)
     _trigger_unenqueued(sessions, coord, dispatcher, report, grace_s=grace_s, limit=limit)
     return report
 
@@ -197,12 +216,12 @@ def _guarded(report: SweepReport, agent: str, step: Callable[[], None]) -> None:
 
 def _rerun(sessions: sessionmaker[Session], coord: Coordinator, dispatcher: Dispatcher, agent: str,
            io: str | None, report: SweepReport) -> None:
-    """Trigger a closed run's own turn again, unless it was interrupted ``MAX_RERUNS`` times."""
+    """Trigger a closed run's own turn again, as the re-run rule allows."""
     if not io:
         return
     with sessions.begin() as s:
-        tries = sum(1 for r in db.runs(s, agent, 50) if r.io_id == io and r.status == "interrupted")
-    if tries > MAX_RERUNS:
+        allowed = rerun_allowed(s, agent, io)
+    if not allowed:
         return
     handoff = trigger_consolidation(coord, dispatcher, agent, io)
     if handoff.outcome == "enqueued":
@@ -212,25 +231,84 @@ def _rerun(sessions: sessionmaker[Session], coord: Coordinator, dispatcher: Disp
         report.deferred += 1
 
 
+def _resume_pending(sessions: sessionmaker[Session], coord: Coordinator, dispatcher: Dispatcher, agent: str,
+                    report: SweepReport) -> str | None:
+    """Begin and enqueue the agent's pending turn if its lease is free: ``enqueued``, ``deferred``
+    (the world is marked not handed off, so step 4 retries it) or ``None`` (nothing begun)."""
+    lease = coord.begin_pending(agent)
+    if lease is None:
+        return None
+    outcome = hand_on(sessions, coord, dispatcher, lease).outcome
+    if outcome == "enqueued":
+        report.enqueued += 1
+        report.pending_enqueued += 1
+    else:
+        report.deferred += 1
+    return outcome
+
+
 def _release_and_resume(sessions: sessionmaker[Session], coord: Coordinator, dispatcher: Dispatcher,
                         agent: str, fences: list[int], io: str | None, report: SweepReport) -> None:
     holder = coord.lease_holder(agent)
     if holder is not None and holder.fence in fences and coord.delete_lease_if(agent, holder.token):
         report.leases_deleted += 1
-    lease = coord.begin_pending(agent)
-    if lease is None:
+    if _resume_pending(sessions, coord, dispatcher, agent, report) is None:
         _rerun(sessions, coord, dispatcher, agent, io, report)
+
+
+def _sweep_keys(sessions: sessionmaker[Session], coord: Coordinator, dispatcher: Dispatcher,
+                report: SweepReport) -> None:
+    """Steps 2 and 3 (module docstring), agent by agent; a failure defers that agent only."""
+    try:
+        leased = sorted(set(coord.agents_with("lease")))
+    except COORD_ERRORS as exc:
+        report.redis_ok = False
+        log.warning("sweeper: Redis unavailable (%s); leases not checked", type(exc).__name__)
         return
-    handoff = enqueue_lease(coord, dispatcher, lease)
-    if handoff.outcome == "enqueued":
-        report.enqueued += 1
-        report.pending_enqueued += 1
+    report.leases_checked = len(leased)
+    for agent in leased:
+        _guarded(report, agent, functools.partial(_check_lease, sessions, coord, dispatcher, agent, report))
+    try:
+        pending = sorted(set(coord.agents_with("pending")))
+    except COORD_ERRORS as exc:
+        report.redis_ok = False
+        log.warning("sweeper: Redis unavailable (%s); pending marks not checked", type(exc).__name__)
         return
-    report.deferred += 1
-    with sessions.begin() as s:  # the pending mark is gone: let step 2 retry the turn next sweep
-        row = db.world_by_io(s, agent, lease.io)
-        if row is not None:
-            row.enqueued_at = None
+    report.pending_checked = len(pending)
+    for agent in pending:
+        _guarded(report, agent, functools.partial(_check_pending, sessions, coord, dispatcher, agent, report))
+
+
+def _check_lease(sessions: sessionmaker[Session], coord: Coordinator, dispatcher: Dispatcher, agent: str,
+                 report: SweepReport) -> None:
+    """Step 2 for one agent: delete a leftover lease (its run closed, or no expiry), resume pending."""
+    holder = coord.lease_holder(agent)
+    if holder is None:
+        return
+    with sessions.begin() as s:
+        state = db.fence_status(s, agent, holder.fence, closed_for_s=CLOSED_LEASE_GRACE_S)
+    if state is None:  # no row yet: a queued task's lease; its TTL is its grace period
+        leftover = coord.lease_ttl_ms(agent) == -1
+    else:
+        status, closed_long_ago = state
+        leftover = status != "running" and closed_long_ago
+    if leftover and coord.delete_lease_if(agent, holder.token):
+        report.leftover_leases += 1
+        log.warning("sweeper: agent %s: leftover lease of fence %d deleted", agent, holder.fence)
+        _resume_pending(sessions, coord, dispatcher, agent, report)
+
+
+def _check_pending(sessions: sessionmaker[Session], coord: Coordinator, dispatcher: Dispatcher, agent: str,
+                   report: SweepReport) -> None:
+    """Step 3 for one agent: a pending mark nobody will take (no lease, no running run) is begun."""
+    if coord.lease_holder(agent) is not None:
+        return  # the holder's finish takes the pending turn (or step 2 / its TTL frees the lease)
+    with sessions.begin() as s:
+        if db.running_runs(s, agent):
+            return  # step 1 of this or the next sweep closes it and resumes the pending turn
+    if _resume_pending(sessions, coord, dispatcher, agent, report) is not None:
+        report.orphaned_pending += 1
+        log.warning("sweeper: agent %s: orphaned pending turn begun", agent)
 
 
 def _trigger_unenqueued(sessions: sessionmaker[Session], coord: Coordinator, dispatcher: Dispatcher,

@@ -37,7 +37,8 @@ from rsi_worker.consolidate import (
     run_trial,
 )
 from rsi_worker.consolidate.evaluate import TrialSlot
-from rsi_worker.consolidate.finalize import finalize, settle
+from rsi_worker.consolidate.finalize import finalize, settle, settle_lease
+from rsi_worker.recovery import hand_on
 
 __all__ = ["CeleryDispatcher", "register"]
 
@@ -54,11 +55,10 @@ class CeleryDispatcher:
         return str(self.app.send_task(task, args=args, queue=queue).id)
 
 
-def _rerun(app: Celery, lease: Lease | None) -> None:
+def _rerun(app: Celery, deps: Deps, lease: Lease | None) -> None:
+    """Enqueue the re-run a closing run handed a pending turn to (never dropped: ``hand_on``)."""
     if lease is not None:
-        app.send_task(
-            TASK_CONSOLIDATE, args=[lease.agent, lease.io, lease.token, lease.fence], queue=QUEUE_CONSOLIDATE
-        )
+        hand_on(deps.sessions, deps.coord, CeleryDispatcher(app), lease)
 
 
 def _dispatch(app: Celery, deps: Deps, nxt: Next) -> str:
@@ -67,7 +67,7 @@ def _dispatch(app: Celery, deps: Deps, nxt: Next) -> str:
     if nxt.kind == "final":
         assert nxt.result is not None
         result, rerun = finalize(deps, nxt.ctx, nxt.result)
-        _rerun(app, rerun)
+        _rerun(app, deps, rerun)
         return result.status
     if nxt.kind == "trials":
         body = "rsi.after_incumbent" if nxt.ctx.phase == "incumbent" else "rsi.judge_round"
@@ -92,20 +92,21 @@ def _dispatch(app: Celery, deps: Deps, nxt: Next) -> str:
 
 
 def _step(app: Celery, ctx: WorkerContext, task_id: str, run_id: str, step: Callable[[Deps], Next]) -> str:
-    """Run one step of ``run_id`` and dispatch its outcome; an exception settles the run."""
+    """Run one step of ``run_id`` and dispatch its outcome; an exception in either settles the run
+    (``failed``, or ``interrupted`` when the lease was lost) and releases or hands on its lease
+    (``docs/operations/failure-recovery.md``)."""
     deps = ctx.runtime().deps
     if ctx.count_delivery(task_id) > ctx.settings.max_redeliveries + 1:
         _, rerun = settle(deps, run_id, RuntimeError("task redelivered too often"))
-        _rerun(app, rerun)
+        _rerun(app, deps, rerun)
         return "redelivery cap"
     try:
-        nxt = step(deps)
+        return _dispatch(app, deps, step(deps))
     except Exception as exc:
         log.warning("run %s: step failed: %s", run_id, type(exc).__name__, exc_info=True)
         _, rerun = settle(deps, run_id, exc)
-        _rerun(app, rerun)
+        _rerun(app, deps, rerun)
         return f"settled after {type(exc).__name__}"
-    return _dispatch(app, deps, nxt)
 
 
 def register(app: Celery, ctx: WorkerContext) -> None:
@@ -118,21 +119,19 @@ def register(app: Celery, ctx: WorkerContext) -> None:
         defaults, so positional host messages keep working): see ``open_run`` (``rsi batch``).
 
         Idempotency key: ``(agent, fence)`` — ``start_run`` returns the stored row, and a closed
-        run stops at once; a lease no longer held stops before anything is written.
+        run stops at once; a lease no longer held stops before anything is written. Any exception
+        closes the run (or, before its row exists, just the lease) with this task's lease, which is
+        released or handed to one re-run (``finalize.settle_lease``), as the inline driver does.
         """
         deps = ctx.runtime().deps
         lease = Lease(agent, token, int(fence), io)
         try:
-            nxt = open_run(deps, lease, force=bool(force), kind=str(kind))
+            return _dispatch(app, deps, open_run(deps, lease, force=bool(force), kind=str(kind)))
         except Exception as exc:
             log.warning("consolidate %s: %s", agent, type(exc).__name__, exc_info=True)
-            run_id = _run_of(deps, agent, int(fence))
-            if run_id is None:
-                raise  # nothing was written: let Celery's late ack redeliver it
-            _, rerun = settle(deps, run_id, exc)
-            _rerun(app, rerun)
-            return f"settled after {type(exc).__name__}"
-        return _dispatch(app, deps, nxt)
+            settled = settle_lease(deps, lease, exc)
+            _rerun(app, deps, settled.rerun)
+            return f"{'settled' if settled.opened else 'not opened'} after {type(exc).__name__}"
 
     @app.task(name="rsi.replay_trial", bind=True)
     def replay_trial(self: Any, run_id: str, slot: dict[str, Any]) -> dict[str, Any]:
@@ -188,16 +187,3 @@ def register(app: Celery, ctx: WorkerContext) -> None:
 
 def _slot_brief(slot: dict[str, Any]) -> dict[str, Any]:
     return {k: slot.get(k) for k in ("candidate", "world_id", "trial")}
-
-
-def _run_of(deps: Deps, agent: str, fence: int) -> str | None:
-    import sqlalchemy as sa
-
-    from rsi_common.db import RunRow
-
-    with deps.sessions() as session:
-        run_id = session.execute(
-            sa.select(RunRow.id).where(RunRow.agent_id == agent, RunRow.fence == fence)
-        ).scalar_one_or_none()
-        session.commit()
-    return run_id

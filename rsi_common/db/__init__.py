@@ -58,6 +58,7 @@ from rsi_common.db.runs import (
     Adoption,
     FinalOutcome,
     FinalWrite,
+    fence_status,
     final_write,
     finish_run,
     get_run,
@@ -86,6 +87,7 @@ from rsi_common.db.worlds import (
     update_signals,
     world_by_io,
     world_records,
+    world_texts,
 )
 
 __all__ = [
@@ -115,6 +117,7 @@ __all__ = [
     "db_ago",
     "db_now",
     "ensure_agent",
+    "fence_status",
     "final_write",
     "finish_run",
     "freeze",
@@ -159,4 +162,5 @@ __all__ = [
     "upgrade",
     "world_by_io",
     "world_records",
+    "world_texts",
 ]

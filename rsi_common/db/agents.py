@@ -17,6 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from rsi_common.boundary import MAX_HARNESS_VERSION_CHARS, check_id, check_label
+from rsi_common.credentials import safe_repr
 from rsi_common.db.models import AgentRow, HarnessRow
 from rsi_common.errors import InvalidInput, UnknownAgentError, UnknownVersionError
 
@@ -36,8 +38,9 @@ __all__ = [
 
 
 def _check_id(agent_id: str) -> None:
-    if not isinstance(agent_id, str) or not agent_id.strip() or len(agent_id) > 255:
-        raise InvalidInput(f"agent id must be a non-blank string of at most 255 characters: {agent_id!r}")
+    """The id grammar of the input boundary, checked before the database sees the id, so SQLite and
+    PostgreSQL refuse the same ids (docs/security/input-boundary.md)."""
+    check_id(agent_id, "agent_id")
 
 
 def ensure_agent(session: Session, agent_id: str) -> AgentRow:
@@ -46,7 +49,7 @@ def ensure_agent(session: Session, agent_id: str) -> AgentRow:
     Safe under concurrency: the insert is ``ON CONFLICT DO NOTHING`` on both backends.
 
     Raises:
-        InvalidInput: blank or over-long id.
+        InputLimitError: the id breaks the id grammar.
     """
     _check_id(agent_id)
     values: dict[str, Any] = {"id": agent_id, "frozen": False, "state": {}, "applied_fence": 0}
@@ -62,13 +65,15 @@ def get_agent(session: Session, agent_id: str) -> AgentRow:
     """The agent's row, freshly read.
 
     Raises:
+        InputLimitError: the id breaks the id grammar.
         UnknownAgentError: no such agent.
     """
+    _check_id(agent_id)
     row = session.execute(
         sa.select(AgentRow).where(AgentRow.id == agent_id).execution_options(populate_existing=True)
     ).scalar_one_or_none()
     if row is None:
-        raise UnknownAgentError(f"unknown agent {agent_id!r}")
+        raise UnknownAgentError(f"unknown agent {safe_repr(agent_id)}")
     return row
 
 
@@ -81,8 +86,10 @@ def lock_agent(session: Session, agent_id: str) -> AgentRow:
     write safe under concurrency.
 
     Raises:
+        InputLimitError: the id breaks the id grammar.
         UnknownAgentError: no such agent.
     """
+    _check_id(agent_id)
     row = session.execute(
         sa.select(AgentRow)
         .where(AgentRow.id == agent_id)
@@ -90,7 +97,7 @@ def lock_agent(session: Session, agent_id: str) -> AgentRow:
         .execution_options(populate_existing=True)
     ).scalar_one_or_none()
     if row is None:
-        raise UnknownAgentError(f"unknown agent {agent_id!r}")
+        raise UnknownAgentError(f"unknown agent {safe_repr(agent_id)}")
     return row
 
 
@@ -98,13 +105,17 @@ def get_harness(session: Session, agent_id: str, version: str) -> HarnessRow:
     """The stored harness row of ``version`` for the agent.
 
     Raises:
+        InputLimitError: the version is not a short single-line text (``String(100)``).
         UnknownVersionError: the agent has no such stored version.
     """
+    check_label(version, "version", max_chars=MAX_HARNESS_VERSION_CHARS)
     row = session.execute(
         sa.select(HarnessRow).where(HarnessRow.agent_id == agent_id, HarnessRow.version == version)
     ).scalar_one_or_none()
     if row is None:
-        raise UnknownVersionError(f"agent {agent_id!r} has no stored harness version {version!r}")
+        raise UnknownVersionError(
+            f"agent {safe_repr(agent_id)} has no stored harness version {safe_repr(version)}"
+        )
     return row
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "Adoption",
     "FinalOutcome",
     "FinalWrite",
+    "fence_status",
     "final_write",
     "finish_run",
     "get_run",
@@ -386,6 +387,18 @@ def stale_runs(session: Session, lease_expired_ids: Iterable[str], stale_s: floa
             sa.select(RunRow).where(RunRow.status == "running", cond).order_by(RunRow.started_at, RunRow.id)
         ).scalars()
     )
+
+
+def fence_status(
+    session: Session, agent_id: str, fence: int, *, closed_for_s: float
+) -> tuple[str, bool] | None:
+    """The status of the agent's run of ``fence`` and whether it closed at least ``closed_for_s``
+    seconds ago (database clock); ``None`` when no run row has that fence (the sweeper's lease check)."""
+    row = session.execute(
+        sa.select(RunRow.status, RunRow.finished_at < db_ago(closed_for_s))
+        .where(RunRow.agent_id == agent_id, RunRow.fence == fence)
+    ).one_or_none()
+    return None if row is None else (str(row[0]), bool(row[1]))
 
 
 def mark_interrupted(session: Session, run_ids: Iterable[str], reason: str = "lease expired") -> list[str]:

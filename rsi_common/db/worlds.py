@@ -12,6 +12,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from rsi_common.boundary import check_id
+from rsi_common.credentials import safe_repr
 from rsi_common.db.agents import ensure_agent, lock_agent
 from rsi_common.db.models import TrajectoryRow, WorldRow
 from rsi_common.db.sqltypes import db_ago, db_now
@@ -30,6 +32,7 @@ __all__ = [
     "unenqueued_worlds",
     "update_signals",
     "world_by_io",
+    "world_texts",
 ]
 
 _LATEST = (WorldRow.clock.desc(), WorldRow.seq.desc(), WorldRow.id.desc())
@@ -79,16 +82,19 @@ def save_world(
 
     Raises:
         InvalidInput: no ``io_id``, no numeric ``clock``, or the record names another agent.
+        InputLimitError: an id breaks the id grammar (checked before the database sees it).
     """
     if world.get("agent_id") not in (None, agent_id):
-        raise InvalidInput(f"world names agent {world.get('agent_id')!r}, not {agent_id!r}")
+        raise InvalidInput(f"world names agent {safe_repr(world.get('agent_id'))}, not {safe_repr(agent_id)}")
     io = io_id if io_id is not None else _opt_str(world, "io_id")
     if not io:
         raise InvalidInput("a world needs an io_id (the host's turn id)")
     clock = world.get("clock")
     if isinstance(clock, bool) or not isinstance(clock, int | float):
-        raise InvalidInput(f"world clock must be epoch seconds, got {clock!r}")
+        raise InvalidInput(f"world clock must be epoch seconds, got {type(clock).__name__}")
     conversation = interaction_id if interaction_id is not None else str(world.get("interaction_id") or "")
+    check_id(io, "io_id")
+    check_id(conversation, "interaction_id", empty_ok=True)
     ensure_agent(session, agent_id)
     lock_agent(session, agent_id)
     existing = world_by_io(session, agent_id, io)
@@ -212,15 +218,34 @@ WORLD_HEAD_COLUMNS = (WorldRow.id, WorldRow.io_id, WorldRow.interaction_id, Worl
 """Every column of a world row except the (large) record itself."""
 
 
-def load_latest_heads(session: Session, agent_id: str, n: int) -> list[sa.Row[Any]]:
+def load_latest_heads(
+    session: Session, agent_id: str, n: int, *, signals_text: bool = False
+) -> list[sa.Row[Any]]:
     """Like :func:`load_latest_worlds` without the ``world`` record: a consolidation decides most
-    runs from the signals alone and reads records only for the worlds it needs."""
+    runs from the signals alone and reads records only for the worlds it needs.
+
+    With ``signals_text`` the ``signals`` column comes back as its stored JSON text, undecoded, so
+    the caller can decode each row on its own and skip a bad one (:mod:`rsi_common.stored`).
+    """
+    cols: list[Any] = list(WORLD_HEAD_COLUMNS)
+    if signals_text:
+        cols = [c for c in cols if c.key != "signals"] + [sa.cast(WorldRow.signals, sa.Text).label("signals")]
     return list(
         session.execute(
-            sa.select(*WORLD_HEAD_COLUMNS).where(WorldRow.agent_id == agent_id).order_by(*_LATEST)
-            .limit(max(0, n))
+            sa.select(*cols).where(WorldRow.agent_id == agent_id).order_by(*_LATEST).limit(max(0, n))
         )
     )
+
+
+def world_texts(session: Session, world_ids: Iterable[str]) -> dict[str, str | None]:
+    """The ``world`` records of the given ids as their stored JSON text, undecoded (ids no longer
+    stored are left out); see :func:`load_latest_heads` ``signals_text``."""
+    ids = list(world_ids)
+    if not ids:
+        return {}
+    stmt = sa.select(WorldRow.id, sa.cast(WorldRow.world, sa.Text)).where(WorldRow.id.in_(ids))
+    rows = session.execute(stmt)
+    return {row[0]: row[1] for row in rows}
 
 
 def world_records(session: Session, world_ids: Iterable[str]) -> dict[str, dict[str, Any]]:

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from rsi_common.errors import ManifestError, TamperError
+from rsi_common.boundary import MAX_CHECKPOINT_BYTES, parse_json
+from rsi_common.errors import InvalidInput, ManifestError, ManifestLimitError, TamperError
 from rsi_common.harness.payload import Harness, build_harness
 from rsi_common.harness.storage import dir_name
 
@@ -99,9 +100,11 @@ def load_checkpoint(data: str | bytes | Mapping[str, Any]) -> Checkpoint:
         TamperError: the recorded ``version`` differs from the version of the content.
     """
     if isinstance(data, (str, bytes)):
-        try:
-            obj = json.loads(data)
-        except ValueError as exc:
+        try:  # the input boundary: size and depth before json.loads (docs/security/input-boundary.md)
+            obj = parse_json(data, "checkpoint", max_bytes=MAX_CHECKPOINT_BYTES, error=ManifestLimitError)
+        except ManifestLimitError:
+            raise
+        except InvalidInput as exc:
             raise ManifestError(f"a checkpoint must be JSON: {exc}") from None
     else:
         obj = data

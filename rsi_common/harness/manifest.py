@@ -10,6 +10,11 @@ Decisions where SPEC §5.1 is silent (all raise :class:`~rsi_common.errors.Manif
 * ``parent`` is a string or null; ``""`` is read as null (no parent);
 * ``exploration_policy`` is null or an object whose ``file`` is a referenced path; its other keys
   (``default_beta``, ``W``, …) are free JSON.
+* the input boundary (docs/security/input-boundary.md): the depth (at most ``MAX_DEPTH`` levels) is
+  checked first, before anything copies the manifest; after the rules above, one walk checks at
+  most ``MAX_MANIFEST_BYTES``, no lone surrogate or U+0000 in any string or key (refused, never
+  repaired), every integer — numeric params included — within ±(2**53 − 1) and every float finite
+  (:class:`~rsi_common.errors.ManifestLimitError`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rsi_common.errors import ManifestError
+from rsi_common.boundary import MAX_MANIFEST_BYTES, check_depth, key_segment, scan
+from rsi_common.errors import ManifestError, ManifestLimitError
 from rsi_common.harness.paths import MANIFEST_FILE, check_path
 from rsi_common.kinds import KINDS, REQUIRED_KINDS, in_kind_order
 
@@ -162,13 +168,15 @@ def load_manifest(obj: Mapping[str, Any], files: Mapping[str, str] | None = None
 
     Raises:
         ManifestError: a rule is broken; the message says which and where.
+        ManifestLimitError: the input boundary refuses the manifest (a ``ManifestError`` too).
         PathEscapeError: a file path is not a safe relative path (a ``ManifestError`` too).
     """
     if not isinstance(obj, Mapping):
         raise ManifestError(f"a manifest must be a JSON object, got {type(obj).__name__}")
-    unknown = sorted(set(obj) - _MANIFEST_KEYS)
+    check_depth(obj, "manifest", error=ManifestLimitError)
+    unknown = _unknown(obj, _MANIFEST_KEYS)
     if unknown:
-        raise ManifestError(f"unknown manifest field(s): {', '.join(map(str, unknown))}")
+        raise ManifestError(f"unknown manifest field(s): {', '.join(unknown)}")
     if obj.get("schema") != SCHEMA:
         raise ManifestError(f"manifest schema must be exactly {SCHEMA!r}, got {obj.get('schema')!r}")
     name = _str_field(obj, "name", "harness", "manifest")
@@ -186,11 +194,18 @@ def load_manifest(obj: Mapping[str, Any], files: Mapping[str, str] | None = None
     manifest = Manifest(SCHEMA, name, description, parent or None, components, policy, enabled_kinds,
                         locked)
     _check_components(manifest)
+    scan(obj, "manifest", max_bytes=MAX_MANIFEST_BYTES, error=ManifestLimitError)
     if files is not None:
         missing = [p for p in manifest.referenced_files() if p not in files]
         if missing:
             raise ManifestError(f"referenced file(s) missing: {', '.join(missing)}")
     return manifest
+
+
+def _unknown(obj: Mapping[Any, Any], known: frozenset[str]) -> list[str]:
+    """Sorted names of unknown keys; a key that is not a short identifier is shown by position
+    (``<key N>``), so a message never carries a bad character or a secret."""
+    return sorted(key_segment(k, i)[1:] for i, k in enumerate(obj) if k not in known)
 
 
 def _str_field(obj: Mapping[str, Any], key: str, default: str, where: str) -> str:
@@ -234,9 +249,9 @@ def _component(raw: Any, index: int) -> ComponentSpec:
     if not isinstance(cid, str) or not cid:
         raise ManifestError(f"{where} needs a non-empty string 'id'")
     where = f"component {cid!r}"
-    unknown = sorted(set(raw) - _COMPONENT_KEYS)
+    unknown = _unknown(raw, _COMPONENT_KEYS)
     if unknown:
-        raise ManifestError(f"{where} has unknown field(s): {', '.join(map(str, unknown))}")
+        raise ManifestError(f"{where} has unknown field(s): {', '.join(unknown)}")
     if ".params." in cid or ".files." in cid:
         raise ManifestError(f"{where}: an id must not contain '.params.' or '.files.'")
     kind = raw.get("kind")

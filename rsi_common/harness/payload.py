@@ -6,6 +6,9 @@ Decisions:
   so a harness's files are exactly what its version hashes.
 * Files that no component (nor ``exploration_policy.file``) references are dropped when a harness is
   built: they are not part of the version and nothing can read them.
+* The input boundary (docs/security/input-boundary.md): each file's text is at most
+  ``MAX_HARNESS_FILE_BYTES`` with no lone surrogate or U+0000 (refused), and a payload is
+  depth-checked before it is hashed (:class:`~rsi_common.errors.ManifestLimitError`).
 * Materialised harnesses are cached per process (at most :data:`CACHE_SIZE`, least recently used
   evicted). A cache hit requires the payload's manifest and files to be identical to the cached ones,
   so the tamper check can never be bypassed through the cache.
@@ -20,7 +23,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from rsi_common.errors import ManifestError, TamperError
+from rsi_common.boundary import MAX_HARNESS_FILE_BYTES, check_depth, check_text
+from rsi_common.errors import ManifestError, ManifestLimitError, TamperError
 from rsi_common.harness.addresses import with_param
 from rsi_common.harness.manifest import Manifest, load_manifest
 from rsi_common.harness.version import canonical_json, normalize_newlines, version_id
@@ -82,6 +86,7 @@ def build_harness(manifest: Mapping[str, Any] | Manifest, files: Mapping[str, st
 
     Raises:
         ManifestError: the manifest breaks a rule, a referenced file is missing or is not text.
+        ManifestLimitError: the input boundary refuses the manifest or a file (a ``ManifestError``).
         PathEscapeError: a path is unsafe.
     """
     m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
@@ -94,6 +99,7 @@ def build_harness(manifest: Mapping[str, Any] | Manifest, files: Mapping[str, st
         elif not isinstance(text, str):
             raise ManifestError(f"file {path!r} must be text, got {type(text).__name__}")
         else:
+            check_text(text, f"files.{path}", max_bytes=MAX_HARNESS_FILE_BYTES, error=ManifestLimitError)
             kept[path] = normalize_newlines(text)
     if missing:
         raise ManifestError(f"referenced file(s) missing: {', '.join(missing)}")
@@ -117,6 +123,8 @@ def materialize(payload: Mapping[str, Any]) -> Harness:
     manifest, files, claimed = payload.get("manifest"), payload.get("files", {}), payload.get("version")
     if not isinstance(manifest, Mapping) or not isinstance(files, Mapping):
         raise ManifestError("a harness payload needs an object 'manifest' and an object 'files'")
+    check_depth(manifest, "manifest", error=ManifestLimitError)
+    check_depth(files, "files", error=ManifestLimitError)
     try:
         fingerprint = canonical_json({"manifest": manifest, "files": files})
     except (TypeError, ValueError) as exc:

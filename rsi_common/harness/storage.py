@@ -13,7 +13,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from rsi_common.errors import ManifestError
+from rsi_common.boundary import MAX_MANIFEST_BYTES, parse_json
+from rsi_common.errors import InvalidInput, ManifestError, ManifestLimitError
 from rsi_common.harness.manifest import load_manifest
 from rsi_common.harness.paths import MANIFEST_FILE, safe_join
 from rsi_common.harness.payload import Harness, build_harness
@@ -76,9 +77,12 @@ def load_dir(path: str | os.PathLike[str]) -> Harness:
     manifest_path = root / MANIFEST_FILE
     if not manifest_path.is_file():
         raise ManifestError(f"{root} has no {MANIFEST_FILE}")
-    try:
-        obj = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+    try:  # the input boundary: size and depth before json.loads (docs/security/input-boundary.md)
+        obj = parse_json(manifest_path.read_bytes(), MANIFEST_FILE, max_bytes=MAX_MANIFEST_BYTES,
+                         error=ManifestLimitError)
+    except ManifestLimitError:
+        raise
+    except InvalidInput as exc:
         raise ManifestError(f"{manifest_path} is not valid UTF-8 JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise ManifestError(f"{manifest_path} must hold a JSON object")

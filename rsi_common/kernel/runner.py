@@ -3,7 +3,10 @@
 Executors (SPEC §5.6 *Tools*): ``sequential``; ``parallel`` — up to ``max_concurrency`` threads;
 ``partition`` — consecutive ``read_only`` calls run in parallel, every other call alone. Results
 are always returned in call order. A host executor's exception becomes an error result
-``"<Type>: <message>"``; it never ends the turn.
+``"<Type>: <message>"``; it never ends the turn. A host result holding text that is not valid
+Unicode (a lone surrogate such as ``"\ud800"``, which no model request can carry) has each such
+character replaced by U+FFFD, so the model still answers and the world stays recordable
+(``docs/operations/failure-recovery.md``, *Capture errors*).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 from rsi_common.kernel.registry import ToolRegistry
 from rsi_common.kernel.types import ToolResult
+from rsi_common.stored import repair
 
 __all__ = ["ExecutedCall", "ToolRunner"]
 
@@ -29,6 +33,8 @@ class ExecutedCall:
     input: Any
     content: str | list[dict[str, Any]]
     is_error: bool
+    repaired: int = 0
+    """Characters of the host's result replaced by U+FFFD (recorded in the world's ``defects``)."""
 
     def result_block(self) -> dict[str, Any]:
         """The ``tool_result`` block for the next user message."""
@@ -67,6 +73,8 @@ class ToolRunner:
                 content, is_error = f"{type(exc).__name__}: {exc}", True
             else:
                 content, is_error = _normalize(out)
+            content, repaired = repair(content)  # text the model and the world can carry (module docstring)
+            return ExecutedCall(str(call.get("id", "")), name, tool_input, content, is_error, repaired)
         return ExecutedCall(str(call.get("id", "")), name, tool_input, content, is_error)
 
     def run(self, calls: Sequence[dict[str, Any]], exposed: Collection[str], *, executor: str = "sequential",

@@ -21,6 +21,7 @@ from rsi_common.kernel.registry import BUILTIN_LIVE_TOOLS, TOOL_SEARCH, ToolRegi
 from rsi_common.kernel.runner import ToolRunner
 from rsi_common.kernel.runtime import ModelConfig, TurnRuntime
 from rsi_common.kernel.types import RetryPolicy, ToolDef, TurnPlan, TurnResult
+from rsi_common.stored import safe_reason
 
 if TYPE_CHECKING:
     from rsi_common.kernel.components.base import Component
@@ -136,12 +137,7 @@ def _finish(rt: TurnRuntime, hooks: Hooks, end: End, lineage: str) -> TurnResult
     transcript = list(rt.messages[rt.turn_start:])
     outcome = {"final_text": answer, "status": end.status, "termination_reason": end.reason,
                "policy_tokens": rt.ledger.policy_tokens(), "steps": main_steps(rt), "transcript": transcript}
-    world: dict[str, Any] | None = None
-    if rt.capture is not None:
-        try:
-            world = rt.capture.finish(outcome)
-        except WorldError as exc:  # e.g. a credential in the turn: the world is refused, the turn stands
-            rt.emit("world.refused", error=type(exc).__name__)
+    world, capture_error = _capture(rt, outcome)
     created_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     trajectory = trajectory_record(rt, end, lineage=lineage, answer=answer,
                                    world_bytes=None if world is None else int(world.get("bytes", 0)),
@@ -152,7 +148,27 @@ def _finish(rt: TurnRuntime, hooks: Hooks, end: End, lineage: str) -> TurnResult
         steps=main_steps(rt), transcript=transcript,
         error=f"{end.reason}: {end.message}" if end.status == "failed" else "",
         usage=rt.ledger.billing_usage(), ledger=[r.to_json() for r in rt.ledger.records], events=rt.events,
+        record_error=capture_error,
     )
+
+
+def _capture(rt: TurnRuntime, outcome: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The turn's world, or ``None`` and why not: a capture failure never fails a finished turn.
+
+    A refused world (``WorldError``, e.g. a credential in a tool result) emits ``world.refused``;
+    any other exception (a bug, or text that cannot be encoded) emits ``world.capture_error``. Both
+    events carry the exception class name only; the reason returned is safe to show
+    (``docs/operations/failure-recovery.md``, *Capture errors*).
+    """
+    if rt.capture is None:
+        return None, ""
+    try:
+        return rt.capture.finish(outcome), ""
+    except Exception as exc:
+        refused = isinstance(exc, WorldError)
+        rt.emit("world.refused" if refused else "world.capture_error", error=type(exc).__name__)
+        what = "world refused" if refused else "world not captured"
+        return None, f"{what}: {safe_reason(exc, 200)}"
 
 
 def run_turn(

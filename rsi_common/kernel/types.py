@@ -213,6 +213,11 @@ class TurnResult:
         usage: billing usage of ``main`` calls only ``{calls, input_tokens, output_tokens, ...}``.
         ledger: every model call of the turn (``CallRecord.to_json()`` dicts).
         events: kernel events (``{"type": ..., ...}``), content-free.
+        recorded: the turn was stored by :meth:`rsi_common.client.RsiClient.run_turn` (world and
+            trajectory as the settings ask); always False from the kernel alone, which stores nothing.
+        record_error: why the turn's world was not captured or the turn not recorded
+            (``"<ErrorClass>: <short message>"``, never quoting turn content), else ``""``. The
+            answer is returned either way (``docs/operations/failure-recovery.md``, *Capture errors*).
     """
 
     answer: str
@@ -228,3 +233,5 @@ class TurnResult:
     usage: dict[str, int] = field(default_factory=dict)
     ledger: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    recorded: bool = False
+    record_error: str = ""

@@ -9,7 +9,10 @@ Exit codes of every command built on these helpers:
   unreachable database, Redis or broker.
 
 Errors are one line on stderr (never a traceback); with ``--json`` the same error is also printed on
-stdout as ``{"error": {"type", "message"}}`` so scripts can parse every outcome.
+stdout as ``{"error": {"type", "message"}}`` so scripts can parse every outcome. The line never holds a
+secret: credentials and URL passwords are redacted (``docs/security/credentials.md``). The root group
+of ``rsi`` (:class:`rsi_worker.cli.RsiGroup`) wraps every command in :func:`cli_errors`, so a
+settings error of any command exits with code 2 (``docs/operations/settings.md``).
 """
 
 from __future__ import annotations
@@ -69,7 +72,13 @@ def echo_json(obj: Any) -> None:
 
 
 def fail(message: str, *, code: int = EXIT_INPUT, as_json: bool = False, kind: str = "error") -> NoReturn:
-    """Report ``message`` (stderr; with ``as_json`` also as JSON on stdout) and exit with ``code``."""
+    """Report ``message`` (stderr; with ``as_json`` also as JSON on stdout) and exit with ``code``.
+
+    The message is put on one line with credentials and URL passwords redacted.
+    """
+    from rsi_common.credentials import redact, redact_urls
+
+    message = " ".join(redact_urls(redact(message)).split())
     if as_json:
         typer.echo(json.dumps({"error": {"type": kind, "message": message}}, ensure_ascii=False))
     typer.echo(f"error: {message}", err=True)

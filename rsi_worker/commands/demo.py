@@ -145,9 +145,9 @@ def demo(
 
     console = Console()
     root = Path(home)
+    settings = Settings(home=root)  # invalid settings stop here, before anything is removed
     if fresh and root.exists():
         shutil.rmtree(root)
-    settings = Settings(home=root)
     settings = settings.model_copy(update={"sim": settings.sim.model_copy(update={"latency_ms": latency_ms})})
     t0 = time.monotonic()
     with EmbeddedCluster(settings, workers=2) as cluster:

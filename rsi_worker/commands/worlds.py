@@ -1,10 +1,13 @@
 """``rsi worlds``: move recorded turns in and out as JSON Lines (:mod:`rsi_worker.worldfile`).
 
-``rsi worlds export A [--out FILE]`` writes agent A's stored worlds, newest last.
-``rsi worlds import FILE [--agent A] [--trigger]`` checks every line, reports the bad ones with
-their line numbers and reasons, stores the good ones, and exits 0 when at least one line was stored
-(or already present), 1 when every line failed. Import triggers no consolidation unless
-``--trigger`` is given (once per agent, for its newest world): see :mod:`rsi_worker.worldfile`.
+``rsi worlds export A [--out FILE]`` writes agent A's stored worlds, newest last; a bad stored row
+is repaired or skipped and said so on stderr.
+``rsi worlds import FILE [--agent A] [--trigger] [--atomic]`` reads FILE as bytes, checks every line
+(the input boundary first: size, UTF-8, depth), reports the bad ones with their line numbers and
+reasons, stores the good ones, and exits 0 when at least one line was stored (or already present),
+1 when every line failed. With ``--atomic`` nothing is stored when any line is bad (exit 1). Import
+triggers no consolidation unless ``--trigger`` is given (once per agent, for its newest world):
+see :mod:`rsi_worker.worldfile`.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import typer
 
@@ -28,7 +31,7 @@ from rsi_worker.commands.common import (
 
 if TYPE_CHECKING:
     from rsi_common.config import Settings
-    from rsi_worker.worldfile import ImportReport
+    from rsi_worker.worldfile import ExportNote, ImportReport
 
 worlds = typer.Typer(no_args_is_help=True, help="Export and import recorded turns (JSON Lines).")
 
@@ -37,6 +40,7 @@ __all__ = ["worlds"]
 OUT_OPT = typer.Option(None, "--out", "-o", help="Output file (default: stdout).")
 FILE_ARG = typer.Argument(..., help="A JSON Lines file ('-' for stdin).")
 TRIGGER_HELP = "Trigger one consolidation per agent that got new worlds (needs RSI_REDIS_URL)."
+ATOMIC_HELP = "Store every line in one transaction, or nothing when any line is bad."
 
 
 @worlds.command("export")
@@ -44,17 +48,23 @@ def export_cmd(
     agent: str = typer.Argument(..., help="The agent whose worlds are exported."),
     out: Path | None = OUT_OPT,
 ) -> None:
-    """Write AGENT's stored worlds as JSON Lines, one turn per line, newest last."""
+    """Write AGENT's stored worlds as JSON Lines, one turn per line, newest last.
+
+    A stored row that cannot be written as stored is repaired (invalid characters replaced) or
+    skipped (undecodable); each is named on stderr with its world id and reason, followed by a
+    count. The exit code stays 0: every row that could be exported was.
+    """
     from rsi_common.db import make_engine, session_factory
     from rsi_worker.worldfile import export_lines
 
+    notes: list[ExportNote] = []
     with cli_errors():
         engine = make_engine(load_settings().database_url)
         try:
             check_schema(engine)
             with session_factory(engine)() as s:
                 s.connection(execution_options={"sqlite_begin": "DEFERRED"})
-                lines = list(export_lines(s, agent))
+                lines = list(export_lines(s, agent, notes))
         finally:
             engine.dispose()
     text = "".join(line + "\n" for line in lines)
@@ -64,6 +74,16 @@ def export_cmd(
     else:
         out.write_text(text, encoding="utf-8")
         typer.echo(f"{len(lines)} world(s) of {agent} written to {out}", err=True)
+    _print_notes(notes)
+
+
+def _print_notes(notes: list[ExportNote]) -> None:
+    """One stderr line per repaired or skipped row, then the counts (nothing when all were clean)."""
+    for note in notes:
+        typer.echo(note.line(), err=True)
+    if notes:
+        skipped = sum(1 for n in notes if n.action == "skipped")
+        typer.echo(f"{skipped} world(s) skipped, {len(notes) - skipped} repaired", err=True)
 
 
 @worlds.command("import")
@@ -71,6 +91,7 @@ def import_cmd(
     file: Path = FILE_ARG,
     agent: str | None = typer.Option(None, "--agent", help="Store every line under this agent id."),
     trigger: bool = typer.Option(False, "--trigger", help=TRIGGER_HELP),
+    atomic: bool = typer.Option(False, "--atomic", help=ATOMIC_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Import worlds from FILE; bad lines are reported with their line numbers and skipped."""
@@ -80,26 +101,27 @@ def import_cmd(
         settings = load_settings()
         if trigger and not settings.redis_url:
             fail("--trigger needs RSI_REDIS_URL (the broker)", code=EXIT_SETUP, as_json=as_json)
-        report = _run_import(settings, file, agent, trigger)
+        report = _run_import(settings, file, agent, trigger, atomic)
     if as_json:
         echo_json(report.to_json())
     else:
         _print_report(report)
-    if report.lines and not report.imported and not report.existing:
+    if not report.committed or (report.lines and not report.imported and not report.existing):
         raise typer.Exit(EXIT_INPUT)
 
 
-def _run_import(settings: Settings, file: Path, agent: str | None, trigger: bool) -> ImportReport:
+def _run_import(settings: Settings, file: Path, agent: str | None, trigger: bool,
+                atomic: bool) -> ImportReport:
     from rsi_common.db import make_engine, session_factory
-    from rsi_worker.worldfile import import_lines, trigger_imported
+    from rsi_worker.worldfile import import_lines, read_lines, trigger_imported
 
     engine = make_engine(settings.database_url)
     try:
         check_schema(engine)
         sessions = session_factory(engine)
-        with _open(file) as lines:
-            report = import_lines(sessions, lines, agent=agent, retention=settings.world_retention,
-                                  enqueued=not trigger)
+        with _open(file) as stream:
+            report = import_lines(sessions, read_lines(stream), agent=agent,
+                                  retention=settings.world_retention, enqueued=not trigger, atomic=atomic)
         if trigger and report.agents:
             from rsi_worker.commands.common import open_client
 
@@ -113,10 +135,11 @@ def _run_import(settings: Settings, file: Path, agent: str | None, trigger: bool
         engine.dispose()
 
 
-def _open(file: Path) -> contextlib.AbstractContextManager[TextIO]:
+def _open(file: Path) -> contextlib.AbstractContextManager[BinaryIO]:
+    """The file as bytes: lines are decoded one by one, so a bad byte fails its line only."""
     if str(file) == "-":
-        return contextlib.nullcontext(sys.stdin)
-    return open(file, encoding="utf-8")
+        return contextlib.nullcontext(sys.stdin.buffer)
+    return open(file, "rb")
 
 
 def _print_report(report: ImportReport) -> None:
@@ -138,6 +161,9 @@ def _print_report(report: ImportReport) -> None:
     for agent_id, ids in report.agents.items():
         summary.add_row(agent_id, str(len(ids)), report.triggered.get(agent_id, "-"))
     Console().print(summary)
+    if not report.committed:
+        typer.echo(f"--atomic: {len(report.errors)} bad line(s); nothing was imported")
+        return
     typer.echo(f"{report.imported} imported, {report.existing} already stored, {len(report.errors)} skipped"
                + (f", {report.removed_by_retention} removed by retention" if report.removed_by_retention
                   else ""))

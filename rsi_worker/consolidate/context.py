@@ -133,6 +133,8 @@ class RoundContext:
     early_stop: bool = True
     force: bool = False
     """Every scored world counts as fresh in this run (``open_run(force=True)``)."""
+    skipped_worlds: dict[str, str] = field(default_factory=dict)
+    """Stored rows the run left out, world id → reason (``WorldPool``; reported in the result)."""
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -9,20 +9,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from rsi_common.coord import Lease
-from rsi_common.db import Adoption, db_now, final_write, finish_run, get_agent, get_run, replay_rows
+from rsi_common.db import Adoption, RunRow, db_now, final_write, finish_run, get_agent, get_run, replay_rows
+from rsi_common.errors import CoordinationError, error_record
+from rsi_common.handoff import COORD_ERRORS
+from rsi_common.stored import safe_text
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.evaluate import INCUMBENT
-from rsi_worker.consolidate.result import ConsolidationResult, merge_usage
+from rsi_worker.consolidate.result import ConsolidationResult, Status, merge_usage
 from rsi_worker.consolidate.spend import spend_summary
 from rsi_worker.consolidate.state import ConsolidationState, prune_cache, remember, trim_records
 from rsi_worker.consolidate.trials import row_json
 
-__all__ = ["build_state", "finalize", "interrupt", "run_usage"]
+__all__ = [
+    "Settled", "build_state", "failed_result", "finalize", "interrupt", "release", "run_of", "run_usage",
+    "settle", "settle_lease",
+]
 
 log = logging.getLogger(__name__)
 SAVES_STATE = ("recorded", "kept", "adopted")
@@ -106,6 +113,8 @@ def finalize(
         The result as written (``kept`` when a rollback won, ``interrupted`` when superseded) and
         the lease of exactly one re-run when a turn arrived meanwhile.
     """
+    if ctx.skipped_worlds and not result.skipped_worlds:
+        result.skipped_worlds = dict(ctx.skipped_worlds)
     with deps.sessions() as session:
         start = ConsolidationState.from_json(get_agent(session, ctx.agent_id).state)
         rows = [row_json(r) for r in replay_rows(session, ctx.run_id)]
@@ -143,12 +152,27 @@ def finalize(
         )
     elif written.outcome == "adopted":
         _announce(deps, ctx.agent_id)
-    deps.coord.cleanup_run(ctx.run_id, sorted(drafts))
+    return result, _close_lease(deps, ctx, result, sorted(drafts))
+
+
+def _close_lease(
+    deps: Deps, ctx: RoundContext, result: ConsolidationResult, drafts: list[str]
+) -> Lease | None:
+    """After the final write: drop the run keys (best effort: they expire anyway), release the lease
+    or hand it to the re-run of a pending turn (``finish`` is the last step that can fail, so a
+    re-run lease it returns is never lost), count the run."""
+    try:
+        deps.coord.cleanup_run(ctx.run_id, drafts)
+    except COORD_ERRORS as exc:
+        log.warning("run %s: run keys not deleted (%s); they expire", ctx.run_id, type(exc).__name__)
     nxt = deps.coord.finish(Lease(ctx.agent_id, ctx.token, ctx.fence, ctx.io_id or ""))
-    deps.metrics.run_finished(result.summary(), rerun=nxt is not None)
+    try:
+        deps.metrics.run_finished(result.summary(), rerun=nxt is not None)
+    except Exception as exc:  # a metrics hook never loses the re-run
+        log.warning("run %s: metrics hook failed: %s", ctx.run_id, type(exc).__name__)
     log.info("run %s closed: %s", ctx.run_id, result.status, extra={
         "run_id": ctx.run_id, "agent_id": ctx.agent_id, "status": result.status, "rerun": nxt is not None})
-    return result, nxt
+    return nxt
 
 
 def _announce(deps: Deps, agent_id: str) -> None:
@@ -174,32 +198,149 @@ def interrupt(deps: Deps, run_id: str, reason: str) -> bool:
 
 
 def failed_result(ctx: RoundContext, exc: BaseException, seconds: float = 0.0) -> ConsolidationResult:
-    """The ``failed`` result of a run stopped by an exception (its state is left unchanged)."""
-    from rsi_common.errors import error_record
-
+    """The ``failed`` result of a run stopped by an exception (its state is left unchanged); the
+    error record never echoes a secret (``errors.error_record``)."""
     return ConsolidationResult("failed", f"the run failed: {type(exc).__name__}", None, ctx.start_version,
                                ctx.start_version, signals=dict(ctx.signals_read), seconds=seconds,
-                               usage=ctx.usage, run_id=ctx.run_id, error=dict(error_record(exc)))
+                               usage=ctx.usage, run_id=ctx.run_id, error=dict(error_record(exc)),
+                               skipped_worlds=dict(ctx.skipped_worlds))
 
 
-def settle(deps: Deps, run_id: str, exc: BaseException) -> tuple[ConsolidationResult | None, Lease | None]:
-    """Close a run a step could not finish: ``interrupted`` when the lease was lost (nothing else
-    written), else ``failed`` through the fenced final write (the lease is released or handed on).
+def settle(
+    deps: Deps, run_id: str, exc: BaseException, lease: Lease | None = None
+) -> tuple[ConsolidationResult | None, Lease | None]:
+    """Close a run a step could not finish, and never leave its lease behind
+    (``docs/operations/failure-recovery.md``, *Step exceptions*).
 
-    Returns ``(None, None)`` when the run is not running any more.
+    * Lease lost (``CoordinationError``): the run is closed ``interrupted``; nothing else is written
+      and the lease is not touched (it is not ours).
+    * Otherwise the run is recorded ``failed`` with ``{type, message}`` through the fenced final
+      write, and the lease is released or handed to exactly one re-run of a pending turn. If that
+      write fails too (e.g. the failure's own data cannot be stored), a minimal ``failed`` record
+      is written instead, and the lease is released or handed on all the same.
+    * A run found closed already (its final write went through, then something failed) only has
+      its lease released or handed on, if it is still held.
+
+    The lease is, in this order: ``lease`` when the caller holds it (the ``consolidate`` task and
+    the inline driver), the token stored on the run row when it was opened, or the Redis holder of
+    the run's fence (while a lease exists, the fence counter is its holder's fence).
+
+    Returns:
+        ``(result, rerun)``: the result written (``None`` when the run was closed already) and the
+        re-run's lease when a turn is pending (the caller starts it).
     """
-    from rsi_common.errors import CoordinationError
-
     if isinstance(exc, CoordinationError):
-        interrupt(deps, run_id, str(exc)[:300])
+        interrupt(deps, run_id, safe_text(exc, 300))
         return None, None
     with deps.sessions() as session:
         run = get_run(session, run_id)
-        ctx = RoundContext.from_json(run.params or {}) if run.params else None
-        status, agent_id, fence, io_id = run.status, run.agent_id, run.fence, run.io_id
+        params, status, fence = dict(run.params or {}), run.status, run.fence
+        agent_id, io_id = run.agent_id, run.io_id
         session.commit()
-    if status != "running" or fence is None:
+    if fence is None:
         return None, None
-    if ctx is None or not ctx.token:
-        ctx = RoundContext(run_id=run_id, agent_id=agent_id, fence=fence, token="", io_id=io_id)
-    return finalize(deps, ctx, failed_result(ctx, exc))
+    held = _held_lease(deps, agent_id, fence, io_id, params, lease)
+    if status != "running":
+        return None, release(deps, held)
+    ctx = RoundContext.from_json(params) if params.get("run_id") == run_id else RoundContext(
+        run_id=run_id, agent_id=agent_id, fence=fence, token="", io_id=io_id)
+    ctx.token = held.token if held is not None else ""
+    try:
+        return finalize(deps, ctx, failed_result(ctx, exc))
+    except Exception as second:
+        log.warning("run %s: the failed result could not be written (%s); writing a minimal one", run_id,
+                    type(second).__name__)
+        return _minimal_failure(deps, ctx, exc), release(deps, held)
+
+
+def _held_lease(deps: Deps, agent_id: str, fence: int, io_id: str | None, params: Mapping[str, Any],
+                lease: Lease | None) -> Lease | None:
+    """The lease of the run with ``fence`` (see :func:`settle`), or ``None`` if it is not findable."""
+    if lease is not None and lease.agent == agent_id and lease.fence == fence:
+        return lease
+    token = params.get("token")
+    if isinstance(token, str) and token:
+        return Lease(agent_id, token, fence, io_id or "")
+    try:
+        holder = deps.coord.lease_holder(agent_id)
+    except COORD_ERRORS as exc:
+        log.warning("agent %s: lease holder unknown (%s)", agent_id, type(exc).__name__)
+        return None
+    return Lease(agent_id, holder.token, fence, io_id or "") if holder and holder.fence == fence else None
+
+
+def release(deps: Deps, lease: Lease | None) -> Lease | None:
+    """``finish`` the lease if it is still held: released, or the re-run's lease of a pending turn.
+    A Redis failure is logged: the lease then expires and the sweeper resumes the pending turn."""
+    if lease is None:
+        return None
+    try:
+        return deps.coord.finish(lease)
+    except COORD_ERRORS as exc:
+        log.warning("agent %s: lease not released (%s); it expires, the sweeper resumes", lease.agent,
+                    type(exc).__name__)
+        return None
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What :func:`settle_lease` did: the result written (``None`` when the run was closed already or
+    never opened), the re-run's lease of a pending turn, and whether the run had opened its row."""
+
+    result: ConsolidationResult | None
+    rerun: Lease | None
+    opened: bool
+
+
+def settle_lease(deps: Deps, lease: Lease, exc: BaseException) -> Settled:
+    """:func:`settle` for a caller that holds ``lease`` (the ``consolidate`` task, the inline driver)
+    and may not know the run id: the run of the lease's fence is closed, or — when the run never
+    opened its row, or the database cannot even say — the lease is released or handed on at once,
+    so it never waits for its TTL."""
+    try:
+        run_id = run_of(deps, lease.agent, lease.fence)
+    except Exception as lookup:
+        log.warning("run of %s: row unknown (%s); releasing the lease", lease.agent, type(lookup).__name__)
+        return Settled(None, release(deps, lease), False)
+    if run_id is None:
+        return Settled(None, release(deps, lease), False)
+    try:
+        result, rerun = settle(deps, run_id, exc, lease)
+    except Exception as again:  # e.g. the database failed as well; the sweeper closes the row later
+        log.warning("run %s: not settled (%s); releasing the lease", run_id, type(again).__name__)
+        return Settled(None, release(deps, lease), True)
+    return Settled(result, rerun, True)
+
+
+def run_of(deps: Deps, agent_id: str, fence: int) -> str | None:
+    """The id of the run row of ``(agent, fence)``, or ``None`` when the run never opened its row."""
+    with deps.sessions() as session:
+        run_id = session.execute(
+            sa.select(RunRow.id).where(RunRow.agent_id == agent_id, RunRow.fence == fence)
+        ).scalar_one_or_none()
+        session.commit()
+    return run_id
+
+
+def _minimal_failure(deps: Deps, ctx: RoundContext, exc: BaseException) -> ConsolidationResult | None:
+    """Record ``failed`` with nothing but the status, reason and error record (the fenced write);
+    ``None`` if even that is impossible (the sweeper closes the run once its lease is gone)."""
+    error = dict(error_record(exc))
+    reason = f"the run failed: {type(exc).__name__}"
+    summary = {"status": "failed", "reason": reason, "run_id": ctx.run_id, "error": error}
+    try:
+        with deps.sessions() as session:
+            written = final_write(session, ctx.run_id, status="failed", reason=reason, result=summary,
+                                  error=error)
+            session.commit()
+    except Exception as third:
+        log.error("run %s: not even a minimal failed record could be written (%s)", ctx.run_id,
+                  type(third).__name__)
+        return None
+    status: Status = "failed" if written.applied else "interrupted"
+    try:
+        deps.metrics.run_finished({"status": status})
+    except Exception as exc:
+        log.warning("run %s: metrics hook failed: %s", ctx.run_id, type(exc).__name__)
+    return ConsolidationResult(status, reason, None, ctx.start_version, ctx.start_version, run_id=ctx.run_id,
+                               error=error)

@@ -20,13 +20,7 @@ from typing import Any, Literal
 from sqlalchemy.orm import Session
 
 from rsi_common.coord import Lease
-from rsi_common.db import (
-    get_agent,
-    load_latest_heads,
-    set_run_params,
-    start_run,
-    update_signals,
-)
+from rsi_common.db import get_agent, set_run_params, start_run, update_signals
 from rsi_common.errors import InvalidInput, LeaseLost
 from rsi_common.harness import H0_VERSION
 from rsi_worker.consolidate.context import Deps, RoundContext
@@ -101,20 +95,23 @@ def spend_stop(deps: Deps, ctx: RoundContext, t0: float) -> Next | None:
     return nxt
 
 
-def _read_implicit(deps: Deps, session: Session, ctx: RoundContext, worlds: list[PoolWorld]) -> None:
+def _read_implicit(deps: Deps, session: Session, ctx: RoundContext, pool: WorldPool) -> None:
     """Step 3: read the unread pairs' next messages; write each verdict to its world at once.
 
     The pairs are independent, so the reader's calls run concurrently (one thread per pair, at
-    most ``signal_pairs``); the verdicts are written in pair order.
+    most ``signal_pairs``); the verdicts are written in pair order. A pair with a world whose
+    record turned out bad is dropped (:class:`WorldPool`).
     """
-    pairs = unread_pairs(worlds, ctx.latest or "", deps.params.signal_pairs)
+    pairs = unread_pairs(pool.usable(), ctx.latest or "", deps.params.signal_pairs)
+    texts = [(prev.request, prev.answer, cur.request) for prev, cur in pairs]  # read here: the
+    session.commit()  # lazy records need the session, which the reader threads must not touch
+    kept = [(p, t) for p, t in zip(pairs, texts, strict=True) if not {p[0].id, p[1].id} & set(pool.skipped)]
+    pairs, texts = [p for p, _ in kept], [t for _, t in kept]
     if not pairs:
         return
     reader = deps.role(ctx, "signal")
-    texts = [(prev.request, prev.answer, cur.request) for prev, cur in pairs]  # read here: the
-    session.commit()  # lazy records need the session, which the reader threads must not touch
-    with ThreadPoolExecutor(max_workers=len(pairs)) as pool:
-        verdicts = list(pool.map(lambda t: implicit_signal(reader, *t), texts))
+    with ThreadPoolExecutor(max_workers=len(pairs)) as threads:
+        verdicts = list(threads.map(lambda t: implicit_signal(reader, *t), texts))
     for (prev, _cur), verdict in zip(pairs, verdicts, strict=True):
         update_signals(session, ctx.agent_id, {"implicit": verdict}, world_id=prev.id)
         session.commit()
@@ -144,22 +141,8 @@ def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
     t0 = time.monotonic()
     params = deps.params
     with deps.sessions() as session:
-        run = start_run(
-            session, lease.agent, fence=lease.fence, io_id=lease.io, kind=kind,
-            retention=deps.settings.run_retention,
-        )
-        session.commit()
-        ctx = RoundContext(
-            run_id=run.id,
-            agent_id=lease.agent,
-            fence=lease.fence,
-            token=lease.token,
-            io_id=lease.io,
-            start_version=run.start_version,
-            early_stop=params.early_stop,
-            force=bool(force),
-        )
-        if run.status != "running":  # a redelivered task of a finished run
+        ctx, running = _open_row(deps, session, lease, force=force, kind=kind)
+        if not running:  # a redelivered task of a finished run
             return Next("stop", ctx)
         renew_or_stop(deps, ctx)
         agent = get_agent(session, lease.agent)
@@ -170,8 +153,9 @@ def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
             return capped
         state = ConsolidationState.from_json(agent.state)
         ctx.t = state.t
-        pool = WorldPool(session, load_latest_heads(session, lease.agent, params.world_pool))
-        worlds = pool.worlds
+        pool = WorldPool.latest(session, lease.agent, params.world_pool)
+        ctx.skipped_worlds = dict(pool.skipped)
+        worlds = pool.usable()
         # the trigger's world, when it is among the loaded ones (io ids are unique per agent)
         latest = next((w for w in worlds if w.io_id == lease.io), None)
         ctx.latest = latest.id if latest else None
@@ -180,10 +164,50 @@ def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
             return _final(ctx, "recorded", "no worlds", t0)
         # the incumbent's version is its stored id (H0's when none); its payload is read and
         # tamper-checked only where it is replayed
-        ctx.inc_version = run.start_version or H0_VERSION
+        ctx.inc_version = ctx.start_version or H0_VERSION
         session.commit()
-        _read_implicit(deps, session, ctx, worlds)
-        return _decide(deps, session, ctx, state, worlds, t0)
+        _read_implicit(deps, session, ctx, pool)
+        return _decide(deps, session, ctx, state, pool, t0)
+
+
+def _open_row(
+    deps: Deps, session: Session, lease: Lease, *, force: bool, kind: str
+) -> tuple[RoundContext, bool]:
+    """Step 1: the run row of ``lease`` (idempotent per fence) and its context; True if running.
+
+    A new row gets its context stored at once, in the same transaction: the lease token is then
+    on the row from the start, so a failure at any later point releases the right lease
+    (``finalize.settle``; ``docs/operations/failure-recovery.md``). A redelivered task keeps the
+    stored context.
+    """
+    run = start_run(session, lease.agent, fence=lease.fence, io_id=lease.io, kind=kind,
+                    retention=deps.settings.run_retention)
+    ctx = RoundContext(run_id=run.id, agent_id=lease.agent, fence=lease.fence, token=lease.token,
+                       io_id=lease.io, start_version=run.start_version, early_stop=deps.params.early_stop,
+                       force=bool(force))
+    running = run.status == "running"
+    if running and run.params is None:
+        set_run_params(session, run.id, ctx.to_json())
+    session.commit()
+    return ctx, running
+
+
+def _survey(
+    ctx: RoundContext, state: ConsolidationState, pool: WorldPool
+) -> tuple[list[PoolWorld], set[str], dict[str, list[dict[str, Any]]]]:
+    """The usable worlds, the fresh ones and every replayable world's checks (steps 4–5); records
+    read here that turn out bad drop their world (:class:`WorldPool`)."""
+    checks = {w.id: checks_for(w.signals, answer=w.answer if needs_answer(w.signals) else "")
+              for w in pool.usable() if w.replayable}
+    worlds = pool.usable()
+    ctx.skipped_worlds = dict(pool.skipped)
+    ctx.loaded = [w.id for w in worlds]
+    ctx.digests = {w.id: signal_digest(w.signals) for w in worlds}
+    if ctx.force:  # every world counts as fresh for this run (module docstring)
+        fresh = {w.id for w in worlds}
+    else:
+        fresh = {w.id for w in worlds if ctx.digests[w.id] != state.seen.get(w.id, EMPTY_DIGEST)}
+    return worlds, fresh, {w.id: checks[w.id] for w in worlds if w.id in checks}
 
 
 def _decide(
@@ -191,19 +215,12 @@ def _decide(
     session: Session,
     ctx: RoundContext,
     state: ConsolidationState,
-    worlds: list[PoolWorld],
+    pool: WorldPool,
     t0: float,
 ) -> Next:
     """Steps 4–7."""
     params = deps.params
-    ctx.loaded = [w.id for w in worlds]
-    ctx.digests = {w.id: signal_digest(w.signals) for w in worlds}
-    if ctx.force:  # every world counts as fresh for this run (module docstring)
-        fresh = {w.id for w in worlds}
-    else:
-        fresh = {w.id for w in worlds if ctx.digests[w.id] != state.seen.get(w.id, EMPTY_DIGEST)}
-    checks = {w.id: checks_for(w.signals, answer=w.answer if needs_answer(w.signals) else "")
-              for w in worlds if w.replayable}
+    worlds, fresh, checks = _survey(ctx, state, pool)
     scored = [w for w in worlds if w.replayable and checks.get(w.id)]
     if not scored:
         return _final(ctx, "recorded", "no turn has a signal to learn from yet", t0)
@@ -215,6 +232,9 @@ def _decide(
             else "new signals only confirm the current answers"
         )
         return _final(ctx, "recorded", reason, t0)
+    pool.prefetch([w.id for w in scored])  # a round replays them: their records must be readable
+    if any(w.id in pool.skipped for w in scored):
+        return _decide(deps, session, ctx, state, pool, t0)  # again without them: at most once more
     chosen = select_worlds(scored, fresh, params.n_eval)
     ctx.worlds = [w.id for w in chosen]
     ctx.fresh = sorted(fresh & set(ctx.worlds))

@@ -42,6 +42,8 @@ class ConsolidationResult:
     spend: dict[str, Any] = field(default_factory=dict)
     """Tokens spent (``tokens``, ``role_tokens``, ``replay_tokens``) and, when a spend cap stopped the
     run, ``capped`` with today's figures (docs/consolidation/spend.md)."""
+    skipped_worlds: dict[str, str] = field(default_factory=dict)
+    """World id → why the run left that stored row out (``docs/operations/failure-recovery.md``)."""
 
     def summary(self) -> dict[str, Any]:
         """Every field except ``state`` and ``payload``."""
@@ -61,4 +63,6 @@ class ConsolidationResult:
             out["run_id"] = self.run_id
         if self.error is not None:
             out["error"] = self.error
+        if self.skipped_worlds:
+            out["skipped_worlds"] = dict(self.skipped_worlds)
         return out

@@ -1,4 +1,5 @@
-"""The worlds of a run: lazy loading (:class:`WorldPool`) and evaluation-world selection (SPEC §3.5)."""
+"""The worlds of a run: lazy, poison-tolerant loading (:class:`WorldPool`) and evaluation-world selection
+(SPEC §3.5)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session
 
-from rsi_common.db import world_records
+from rsi_common.db import load_latest_heads, world_texts
+from rsi_common.stored import StoredDataError, decode_stored
 from rsi_common.world import TurnWorld
 from rsi_worker.consolidate.signals import WorldLike, negative
 
-__all__ = ["PoolWorld", "WorldPool", "needs_answer", "select_worlds"]
+__all__ = ["PoolWorld", "WorldPool", "checked_record", "needs_answer", "select_worlds"]
 
 W = TypeVar("W", bound=WorldLike)
 
@@ -45,23 +47,72 @@ class WorldPool:
     row columns. Records are fetched, once, for the worlds whose request or answer matters —
     an unread conversation pair, a signal whose check quotes the answer, the evaluation worlds.
     The pool must be used while its session is open.
+
+    **Poison rows are skipped, not fatal** (``docs/operations/failure-recovery.md``, *Poison
+    rows*): signals and records are decoded row by row (:func:`rsi_common.stored.decode_stored`);
+    a row that cannot be decoded, or holds text or numbers the pipeline cannot carry, is left out
+    of :meth:`usable` and named in :attr:`skipped` with a reason that quotes no content. The run
+    goes on with the other worlds and reports the skipped ones (``result.skipped_worlds``).
     """
 
     def __init__(self, session: Session, heads: Sequence[Any]) -> None:
+        """``heads``: rows of ``load_latest_heads(..., signals_text=True)`` (signals undecoded)."""
         self._session = session
         self._records: dict[str, dict[str, Any]] = {}
-        self.worlds = [PoolWorld(self, h) for h in heads]
+        self.skipped: dict[str, str] = {}
+        """World id → why the row was left out."""
+        self.worlds: list[PoolWorld] = []
+        for h in heads:
+            try:
+                signals = decode_stored(h.signals, "signals") or {}
+            except StoredDataError as exc:
+                self.skipped[h.id] = str(exc)
+                continue
+            self.worlds.append(PoolWorld(self, h, signals))
+
+    @classmethod
+    def latest(cls, session: Session, agent_id: str, n: int) -> WorldPool:
+        """The agent's ``n`` latest worlds (newest first), decoded row by row."""
+        return cls(session, load_latest_heads(session, agent_id, n, signals_text=True))
+
+    def usable(self) -> list[PoolWorld]:
+        """The loaded worlds not (yet) found bad, newest first."""
+        return [w for w in self.worlds if w.id not in self.skipped]
 
     def record(self, world_id: str) -> dict[str, Any]:
         if world_id not in self._records:
-            self._records.update(world_records(self._session, [world_id]))
-            self._records.setdefault(world_id, {})
+            self.prefetch([world_id])
         return self._records[world_id]
 
     def prefetch(self, world_ids: Sequence[str]) -> None:
-        """Read the records of several worlds in one query."""
+        """Read and check the records of several worlds in one query; bad ones read as ``{}``."""
         missing = [w for w in world_ids if w not in self._records]
-        self._records.update(world_records(self._session, missing))
+        if not missing:
+            return
+        texts = world_texts(self._session, missing)
+        for wid in missing:
+            self._records[wid] = {}
+            if wid in texts:
+                try:
+                    self._records[wid] = checked_record(texts[wid])
+                except StoredDataError as exc:
+                    self.skipped[wid] = str(exc)
+
+
+def checked_record(text: str | bytes | None) -> dict[str, Any]:
+    """A stored world record decoded and checked (:class:`WorldPool`), as stored.
+
+    The check is :func:`rsi_common.stored.decode_stored` (a JSON object the pipeline can carry),
+    not the full world schema: a record that is well-formed JSON but structurally odd fails at most
+    its own replays (missing trials), never the whole run.
+
+    Raises:
+        StoredDataError: the reason, naming the field (never its value).
+    """
+    record = decode_stored(text, "world")
+    if record is None:
+        raise StoredDataError("world: no record")
+    return dict(record)
 
 
 class PoolWorld:
@@ -71,7 +122,7 @@ class PoolWorld:
     ``history`` …); ``replayable``, ``clock``, ``harness_version`` and ``model`` come from the row.
     """
 
-    def __init__(self, pool: WorldPool, head: Any) -> None:
+    def __init__(self, pool: WorldPool, head: Any, signals: dict[str, Any]) -> None:
         self._pool = pool
         self.id: str = head.id
         self.io_id: str = head.io_id
@@ -79,7 +130,7 @@ class PoolWorld:
         self.seq: int = int(head.seq or 0)
         self.clock: float = float(head.clock or 0.0)
         self.replayable: bool = bool(head.replayable)
-        self.signals: dict[str, Any] = dict(head.signals or {})
+        self.signals: dict[str, Any] = dict(signals)
         self.harness_version: str | None = head.harness_version
         self.model: str | None = head.model
         self.provider: str | None = head.provider

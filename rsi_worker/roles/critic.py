@@ -3,8 +3,9 @@
 **Stage 1 — precheck** over *added* content only: each ``+`` line (not ``+++``) without its marker and
 each ``+++`` path without a leading ``b/``. Every line is scanned as written and, when it holds JSON
 string literals (as the lines of ``manifest.json`` do), also with those literals decoded, so an
-escaped quote cannot hide a match (project decision). Patterns: the credential patterns of
-:mod:`rsi_common.credentials`, the production patterns :data:`PRODUCTION_PATTERNS` and the
+escaped quote cannot hide a match (project decision). Patterns: the credential table of
+:mod:`rsi_common.credentials` (text normalised first, so a zero-width character inside a key hides
+nothing; ``docs/security/credentials.md``), the production patterns :data:`PRODUCTION_PATTERNS` and the
 per-consolidation :func:`critic_patterns` (§3.9). An empty diff → reject ``"empty diff"``; any hit →
 reject with reasons ``precheck: <label>``, plus ``: '<snippet>'`` for the world-id, expected-text and
 artefact labels — never for credentials — and no model call.
@@ -33,7 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsi_common.credentials import CREDENTIAL_PATTERNS
+from rsi_common.credentials import find_credentials
 from rsi_common.errors import ModelError
 from rsi_common.llm import ModelClient, ModelRequest, parse_json_object
 
@@ -206,8 +207,8 @@ def precheck(diff: str, patterns: Sequence[Pattern] = ()) -> list[str]:
         return ["empty diff"]
     lines = added_content(diff)
     text = "\n".join(lines + [t for line in lines for t in _decoded(line)])
-    reasons: list[str] = []
-    for label, rx in (*CREDENTIAL_PATTERNS, *PRODUCTION_PATTERNS, *patterns):
+    reasons = [f"precheck: {label}" for label in find_credentials(text)]
+    for label, rx in (*PRODUCTION_PATTERNS, *patterns):
         for m in rx.finditer(text):
             reason = f"precheck: {label}"
             if label in SNIPPET_LABELS:

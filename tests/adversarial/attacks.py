@@ -21,12 +21,15 @@ def load() -> dict[str, Any]:
 
 
 def section(name: str) -> list[dict[str, Any]]:
-    """Entries of one section; an entry with ``parts`` gets ``text`` = the joined parts."""
+    """Entries of one section; an entry with ``parts`` gets ``text`` = the joined parts, one with
+    ``repeat`` its text repeated that many times."""
     out = []
     for entry in load()[name]:
         e = dict(entry)
         if "parts" in e:
             e["text"] = "".join(e["parts"])
+        if "repeat" in e:
+            e["text"] = e["text"] * int(e["repeat"])
         out.append(e)
     return out
 

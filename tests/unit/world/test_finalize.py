@@ -115,9 +115,9 @@ def test_api_key_in_a_tool_result_is_refused_without_the_secret() -> None:
         (lambda w, s: w.update(input=f"my key is {s}"), "secret key"),
         (lambda w, s: w["state"]["messages"].append({"role": "user", "content": s}), "secret key"),
         (lambda w, s: w["plan"]["system_parts"].append(["k", "AKIA" + "ABCDEFGHIJKLMNOP"]), "aws key"),
-        (lambda w, s: w["tools"]["calls"][0].update(input={"api_key": "abcdefgh12345"}), "json secret"),
-        (lambda w, s: w["plan"]["turn_notes"].append("api_key = 'abcdefgh12345'"), "api key assignment"),
-        (lambda w, s: w["outcome"].update(final_text="-----BEGIN RSA PRIVATE KEY-----"), "private key"),
+        (lambda w, s: w["tools"]["calls"][0].update(input={"api_key": "abcd" + "efgh12345"}), "json secret"),
+        (lambda w, s: w["plan"]["turn_notes"].append("api_key = '" + "abcdefgh12345'"), "api key assignment"),
+        (lambda w, s: w["outcome"].update(final_text="-----BEGIN RSA " + "PRIVATE KEY-----"), "private key"),
         (lambda w, s: w["memory"]["chunks"][0].update(content="ghp_" + "a" * 30), "github token"),
     ],
 )
@@ -132,9 +132,9 @@ def test_metadata_is_scrubbed_instead() -> None:
     w = captured()
     w["state"]["metadata"].update(
         {
-            "api_key": "abcdefghijkl",  # pair pattern
+            "api_key": "abcd" + "efghijkl",  # pair pattern
             "note": f"use {SECRET}",
-            "nested": {"password": "hunter2hunter2", "ok": 1},
+            "nested": {"password": "hunter2" + "hunter2", "ok": 1},
             "_private": "dropped",
             "client": object(),  # not JSON: dropped in metadata
             "when": dt.datetime(2025, 1, 1),

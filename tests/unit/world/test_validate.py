@@ -110,3 +110,17 @@ def test_malformed_worlds_name_the_field(case: str, mutate: Any, path: str) -> N
 def test_not_an_object() -> None:
     with pytest.raises(WorldError, match="must be a JSON object"):
         validate_world([1, 2])
+
+
+def test_golden_with_defects_loads_unchanged() -> None:
+    """The late field ``defects`` (input boundary repairs); absent in every other golden file."""
+    data = golden("rsi-world-1-defects.json")
+    assert validate_world(data) == data and data["bytes"] == world_bytes(data)
+    assert data["defects"] == [{"path": "state.metadata.channel", "defect": "nul"},
+                               {"path": "tools.calls[0].content", "defect": "lone_surrogate"}]
+    assert "defects" not in golden() and "defects" not in validate_world(golden("rsi-world-1-early.json"))
+    computed = ("bytes", "truncated", "images_dropped", "replayable")
+    turn = {k: v for k, v in golden().items() if k not in computed}
+    turn["tools"]["calls"][0]["content"] = "region | sum\nEMEA | 4655600 \ud83d"
+    turn["state"]["metadata"]["channel"] = "web\x00"
+    assert finalize_world(turn) == data
