@@ -109,3 +109,45 @@ def bench_consolidate_cmd(
     from rsi_worker.bench.consolidate import report_table
 
     Console().print(report_table(report))
+
+
+@bench.command("efficacy")
+def bench_efficacy_cmd(
+    agents: int = typer.Option(30, "--agents", min=1, help="Simulated agents per noise level."),
+    noise: list[str] = typer.Option(["0", "0.1", "0.25"], "--noise",  # noqa: B008
+                                    help="Sim noise levels (repeat the option or separate by commas)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the pool and of the sim model."),
+    heldout: int = typer.Option(5, "--heldout", min=1, help="Held-out requests per agent."),
+    noop_runs: int = typer.Option(200, "--noop-runs", min=0,
+                                  help="No-op consolidations of the false-positive run (0 skips it)."),
+    noop_noise: float = typer.Option(0.25, "--noop-noise", min=0.0, max=1.0,
+                                     help="Sim noise of the no-op runs."),
+    jobs: int = typer.Option(0, "--jobs", min=0, help="Worker processes (0: one per CPU); figures do not "
+                                                      "depend on it."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Learning efficacy on a seeded pool of simulated agents: held-out pass rate under H0 and the final
+    harness, false and harmful adoptions, tokens per adoption, per noise level; adoption rate of no-op
+    candidates (docs/benchmarks/efficacy.md)."""
+    import json
+    import os
+
+    from rsi_worker.bench.efficacy import EfficacyBench, bench_efficacy
+
+    try:
+        levels = tuple(float(x) for item in noise for x in item.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter("noise levels must be numbers", param_hint="--noise") from None
+    if not levels or any(not 0.0 <= x <= 1.0 for x in levels):
+        raise typer.BadParameter("give noise levels between 0 and 1", param_hint="--noise")
+    cfg = EfficacyBench(agents=agents, noise=tuple(dict.fromkeys(levels)), seed=seed, heldout=heldout,
+                        noop_runs=noop_runs, noop_noise=noop_noise, jobs=jobs or os.cpu_count() or 1)
+    report = bench_efficacy(cfg)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, ensure_ascii=False))
+        return
+    from rich.console import Console
+
+    from rsi_worker.bench.efficacy import report_table
+
+    Console().print(report_table(report))
