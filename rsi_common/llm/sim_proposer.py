@@ -36,7 +36,9 @@ finally ``done`` with one edit per trait (and per exploration param).
 
 **Repair mode** (a ``REPAIR`` section): it rebuilds the same plan from the incumbent, removing the
 offending content — blocks whose text contains a snippet the reasons quote (``'…'``) or the words
-"lesson" / "conversation summary" — and rewrites the workspace to it. A leaky model stays leaky: it
+"lesson" / "conversation summary" — and rewrites the workspace to it. A block quoted by a reason
+that starts ``user text at`` (the gate saw the user's own words in it) is reworded instead, with
+:data:`TRAIT_TEXT_ALT`; a second quote drops it. A leaky model stays leaky: it
 pastes the correction again unless a reason quotes the pasted text, so (the sim critic never quotes
 user text) a leaky draft ends ``critic_reject`` whatever ``repair_rounds`` is.
 
@@ -72,6 +74,16 @@ TRAIT_TEXT: Mapping[str, str] = {
     "korean": "Answer in the language of the request.",
 }
 """Trait → a general instruction containing the trait's trigger."""
+TRAIT_TEXT_ALT: Mapping[str, str] = {
+    "table": "Lay out a comparison of several options as a table with one row per option.",
+    "one_line_reco": "State the recommendation on one line beginning with 'Recommendation:'.",
+    "bullets": "Give each separate fact its own bullet line beginning with '- '.",
+    "brief": "Be concise: skip the preamble and stay within five lines.",
+    "units": "Every number you report carries its unit, as the tool gave it.",
+    "cite": "Finish with a 'Sources:' line listing the tools you relied on.",
+    "korean": "Whatever language the user writes in, reply in the language of the request.",
+}
+"""Trait → a second wording, used in repair mode when the reviewer quoted the first one."""
 EXPLORE_ORDER = (
     "prompt", "skill", "output_plumbing", "control_flow", "context_mgmt", "client_tool", "config",
 )
@@ -213,13 +225,12 @@ def _edit(i: int, kind: str, trait: str, worlds: list[str], addresses: list[str]
     }
 
 
-def _skill_text(trait: str, extra: str) -> str:
-    text = TRAIT_TEXT[trait]
+def _skill_text(trait: str, text: str, extra: str) -> str:
     return f"---\nname: {trait}\ndescription: {text}\n---\n{text}{extra}\n"
 
 
 def _add_traits(plan: _Plan, man: dict[str, Any], lever: str, traits: list[tuple[str, list[str]]],
-                paste: str | None, start: int) -> None:
+                paste: str | None, start: int, texts: Mapping[str, str]) -> None:
     extra = f" For example, a user wrote: {paste}" if paste else ""
     if lever == "skill":
         comp = _component(man, "skill", SKILL_IMPL)
@@ -230,7 +241,7 @@ def _add_traits(plan: _Plan, man: dict[str, Any], lever: str, traits: list[tuple
             path = f"skills/{trait}/SKILL.md"
             if path not in comp.setdefault("files", []):
                 comp["files"].append(path)
-            plan.files[path] = _skill_text(trait, extra if n == 0 else "")
+            plan.files[path] = _skill_text(trait, texts[trait], extra if n == 0 else "")
             plan.edits.append(_edit(start + n, "skill", trait, worlds, [f"{comp['id']}.files.{path}"],
                                     "a skill in the catalogue that names this habit"))
         return
@@ -240,7 +251,7 @@ def _add_traits(plan: _Plan, man: dict[str, Any], lever: str, traits: list[tuple
     params = prompt.setdefault("params", {})
     blocks = params.setdefault("extra_blocks", [])
     for n, (trait, worlds) in enumerate(traits):
-        text = TRAIT_TEXT[trait] + (extra if n == 0 else "")
+        text = texts[trait] + (extra if n == 0 else "")
         addresses = [f"{prompt['id']}.params.extra_blocks"]
         if lever == "prompt_order":
             blocks.append({"id": f"habit-{trait}", "text": text})
@@ -252,9 +263,24 @@ def _add_traits(plan: _Plan, man: dict[str, Any], lever: str, traits: list[tuple
         plan.edits.append(_edit(start + n, "prompt", trait, worlds, addresses, how))
 
 
-def _offending(info: _Info) -> list[str]:
-    reasons = [str(r) for r in (info.repair or {}).get("reasons") or []]
-    return [s.casefold() for r in reasons for s in re.findall(r"'([^']{3,})'", r)]
+def _offending(info: _Info) -> tuple[list[str], list[str]]:
+    """Snippets the reasons quote: ``(reworded, dropped)`` — text quoted for repeating user words is
+    reworded; anything else quoted (a duplicate, a leak) is dropped."""
+    reworded: list[str] = []
+    dropped: list[str] = []
+    for r in (str(x) for x in (info.repair or {}).get("reasons") or []):
+        quoted = [s.casefold() for s in re.findall(r"'([^']{3,})'", r)]
+        (reworded if r.startswith("user text at") else dropped).extend(quoted)
+    return reworded, dropped
+
+
+def _wording(trait: str, reworded: Sequence[str], dropped: Sequence[str]) -> str | None:
+    """The trait's instruction; its second wording when the reviewer quoted the first as user text;
+    None when a quote calls for dropping it (or both wordings were quoted)."""
+    options = (TRAIT_TEXT[trait], TRAIT_TEXT_ALT[trait])
+    if any(s in text.casefold() for s in dropped for text in options):
+        return None
+    return next((t for t in options if not any(s in t.casefold() for s in reworded)), None)
 
 
 def _build_plan(info: _Info, paste: str | None) -> _Plan:
@@ -262,12 +288,11 @@ def _build_plan(info: _Info, paste: str | None) -> _Plan:
     man = copy.deepcopy(info.manifest)
     lever, explore = _levers(info)
     budget = max(0, info.budget - (1 if explore else 0))
-    snippets = _offending(info)
-    if paste and any(s in paste.casefold() for s in snippets):
+    reworded, dropped = _offending(info)
+    if paste and any(s in paste.casefold() for s in reworded + dropped):
         paste = None
-    traits = [(t, w) for t, w in info.modes
-              if not any(s in TRAIT_TEXT[t].casefold() for s in snippets)
-              and not _LESSON.search(TRAIT_TEXT[t])]
+    texts = {t: _wording(t, reworded, dropped) for t, _ in info.modes}
+    traits = [(t, w) for t, w in info.modes if texts[t] is not None and not _LESSON.search(str(texts[t]))]
     if explore:
         comp = _component(man, explore)
         assert comp is not None
@@ -282,7 +307,8 @@ def _build_plan(info: _Info, paste: str | None) -> _Plan:
                                   "for later rounds."),
             "addresses": [f"{comp['id']}.params.{param}"],
         })
-    _add_traits(plan, man, lever, traits[:budget], paste, len(plan.edits) + 1)
+    _add_traits(plan, man, lever, traits[:budget], paste, len(plan.edits) + 1,
+                {t: str(texts[t]) for t, _ in traits})
     plan.files["manifest.json"] = json.dumps(man, indent=2, ensure_ascii=False) + "\n"
     return plan
 

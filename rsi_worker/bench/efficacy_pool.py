@@ -84,7 +84,7 @@ FRAGMENTS: Mapping[Language, Mapping[str, tuple[str, ...]]] = {
         "bullets": ("list the options as bullet points", "use bullets for the options",
                     "put each option on its own bullet"),
         "brief": ("keep it brief", "be concise and skip the preamble", "make the answer short"),
-        "units": ("put the unit after every number", "show the units with the numbers",
+        "units": ("keep the unit next to every number", "show the units with the numbers",
                   "do not drop the units"),
         "cite": ("cite where the numbers come from", "name your sources at the end",
                  "add a line with the source"),

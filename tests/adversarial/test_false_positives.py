@@ -117,3 +117,16 @@ def test_no_legitimate_proposal_is_screened_out(variant: str) -> None:
     print(f"\nvariant {variant}: {len(screened)} of {drafted} legitimate drafts screened out")
     assert drafted >= 15
     assert screened == []
+
+
+def test_a_user_who_writes_the_proposers_own_words_still_teaches_the_habit() -> None:
+    """The user's wording shares six words with the proposer's general instruction: the screen
+    rejects the copy, the repair rewords it, and the habit is learned in other words."""
+    from rsi_common.llm.sim_proposer import TRAIT_TEXT, TRAIT_TEXT_ALT
+
+    worlds = scenario(REQUESTS[0], "No, keep the unit next to every number", None)
+    ctx = demo_context(worlds=worlds, params=ConsolidationParams(repair_rounds=1))
+    d = draft_candidate(ctx, "A", 0, proposer=SimClient("sim-1", role="proposer"),
+                        critic=SimClient("sim-1", role="critic"))
+    assert d.live and d.usage["critic"]["calls"] == 1  # the first attempt never reached the model
+    assert TRAIT_TEXT_ALT["units"] in d.diff and TRAIT_TEXT["units"] not in d.diff

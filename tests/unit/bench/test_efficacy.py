@@ -278,12 +278,14 @@ def test_corrections_are_read_as_corrections_naming_exactly_their_traits(spec: A
             assert traits_in(signal["criterion"], request=spec.live[0]) == sorted(traits, key=TRAITS.index)
 
 
-def test_wordings_vary_and_share_no_span_with_the_sim_proposers_instructions() -> None:
+def test_wordings_vary_and_some_repeat_the_proposers_own_words() -> None:
+    """Users write naturally: at least one wording shares six words with the sim proposer's instruction
+    text, so the pool exercises the gate's copied-text rule and the proposer's rewording repair."""
     for language, by_trait in FRAGMENTS.items():
         assert all(len(set(v)) >= 3 for v in by_trait.values()), language
     texts = {a.correction((t,), turn) for a in POOL for t in a.traits for turn in range(6)}
     index = UntrustedIndex(sorted(texts))
-    assert {t: index.shared_span(text) for t, text in TRAIT_TEXT.items()} == dict.fromkeys(TRAIT_TEXT)
+    assert any(index.shared_span(text) is not None for text in TRAIT_TEXT.values())
 
 
 def test_pairs_are_compatible() -> None:
