@@ -14,12 +14,11 @@ changed_between`):
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from rsi_common.harness import Harness
 from rsi_common.harness.addresses import address_values, changed_between
+from rsi_worker.gate.text import json_strings
 
 __all__ = ["Added", "added_texts"]
 
@@ -30,22 +29,6 @@ class Added:
 
     address: str
     text: str
-
-
-def _strings(value: Any) -> Iterator[str]:
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, str):
-            yield v
-        elif isinstance(v, Mapping):
-            for k, item in reversed(list(v.items())):
-                stack.append(item)
-                stack.append(str(k))
-        elif isinstance(v, list):
-            stack.extend(reversed(v))
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            yield repr(v)
 
 
 def _file_lines(new: str, old: str | None) -> str:
@@ -67,9 +50,9 @@ def added_texts(inc: Harness, cand: Harness) -> list[Added]:
         elif isinstance(new, tuple):  # a new component (kind, impl): its id is text too
             texts = [addr]
         else:
-            seen = Counter(_strings(old)) if addr in a else Counter[str]()
+            seen = Counter(json_strings(old)) if addr in a else Counter[str]()
             texts = []
-            for s in _strings(new):
+            for s in json_strings(new):
                 if seen[s] > 0:
                     seen[s] -= 1
                 else:

@@ -19,10 +19,19 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
 
-__all__ = ["CONFUSABLES", "Token", "fold", "leet_fold", "normalized", "strip_format", "tokens"]
+__all__ = [
+    "CONFUSABLES",
+    "Token",
+    "fold",
+    "json_strings",
+    "leet_fold",
+    "normalized",
+    "strip_format",
+    "tokens",
+]
 
 _CONFUSABLE_PAIRS = (
     # Cyrillic
@@ -83,3 +92,21 @@ def leet_fold(text: str) -> str:
     """:func:`fold`, then digits and symbols used as letters mapped, then punctuation as spaces."""
     folded = fold(text).translate(_LEET)
     return " ".join(_TOKEN.findall(folded))
+
+
+def json_strings(value: Any) -> Iterator[str]:
+    """Every string under a JSON value, dict keys before their values, in order; numbers (not bools)
+    as their ``repr``. Walks with an explicit stack."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            yield v
+        elif isinstance(v, Mapping):
+            for k, item in reversed(list(v.items())):
+                stack.append(item)
+                stack.append(str(k))
+        elif isinstance(v, list):
+            stack.extend(reversed(v))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            yield repr(v)

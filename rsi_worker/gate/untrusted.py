@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsi_common.world import TurnWorld, text_of
-from rsi_worker.gate.text import Token, fold, strip_format, tokens
+from rsi_worker.gate.text import Token, fold, json_strings, strip_format, tokens
 
 __all__ = [
     "COMMON_ACRONYMS",
@@ -88,23 +88,6 @@ _WORD = re.compile(r"[^\W_]+")
 _SENTENCE_END = re.compile(r"[.!?\n]\s*$")
 
 
-def _strings(value: Any) -> Iterator[str]:
-    """Every string (dict keys included) under a JSON value, without recursion."""
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        if isinstance(v, str):
-            yield v
-        elif isinstance(v, Mapping):
-            for k, item in v.items():
-                yield str(k)
-                stack.append(item)
-        elif isinstance(v, (list, tuple)):
-            stack.extend(v)
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            yield str(v)
-
-
 def _world_texts(w: TurnWorld) -> Iterator[str]:
     data = w.data
     yield w.request
@@ -112,20 +95,20 @@ def _world_texts(w: TurnWorld) -> Iterator[str]:
         yield text_of(m.get("content") if isinstance(m, Mapping) else m)
     for call in w.tool_calls:
         if isinstance(call, Mapping):
-            yield from _strings(call.get("input"))
+            yield from json_strings(call.get("input"))
             yield text_of(call.get("content"))
     state = data.get("state") if isinstance(data.get("state"), Mapping) else {}
-    yield from _strings((state or {}).get("metadata"))
+    yield from json_strings((state or {}).get("metadata"))
     memory = data.get("memory") if isinstance(data.get("memory"), Mapping) else {}
     for chunk in (memory or {}).get("chunks") or ():
-        yield from _strings(chunk)
+        yield from json_strings(chunk)
     plan = data.get("plan") if isinstance(data.get("plan"), Mapping) else {}
-    yield from _strings((plan or {}).get("turn_notes"))
+    yield from json_strings((plan or {}).get("turn_notes"))
     outcome = data.get("outcome") if isinstance(data.get("outcome"), Mapping) else {}
     yield w.answer
     for m in (outcome or {}).get("transcript") or ():
         yield text_of(m.get("content") if isinstance(m, Mapping) else m)
-    yield from _strings(w.signals)
+    yield from json_strings(w.signals)
 
 
 def untrusted_texts(worlds: Iterable[TurnWorld], views: Iterable[Any] = ()) -> list[str]:
