@@ -24,7 +24,7 @@ from celery import Celery, chord
 
 from rsi_common.coord import Lease
 from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUE_JUDGE, QUEUE_REPLAY, TASK_CONSOLIDATE
-from rsi_common.errors import error_record
+from rsi_common.stored import error_record
 from rsi_worker.app import WorkerContext
 from rsi_worker.consolidate import (
     Deps,

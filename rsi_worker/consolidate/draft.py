@@ -43,13 +43,13 @@ from rsi_common.harness import (
     Harness,
     diff_trees,
     harness_from_workspace,
-    instantiate,
     materialize,
     normalize_edits,
     touched,
     workspace_of,
 )
 from rsi_common.harness.tagging import TouchSet
+from rsi_common.kernel.components import instantiate
 from rsi_common.kinds import K_ENABLED_PRODUCTION
 from rsi_common.llm import ModelClient, ModelRequest, ModelResponse
 from rsi_common.math import Exploration, PruneTarget

@@ -7,9 +7,9 @@
   :mod:`~rsi_worker.roles.proposer_context` and the constitution files in ``constitution/``;
 * :mod:`~rsi_worker.roles.critic` — the precheck and the model review (§6.2).
 
-The sim model (``rsi_common.llm.sim``) reads these layouts by their section headers; a change of a
-header here must be mirrored in ``rsi_common/llm/sim_analyst.py``, ``sim_proposer.py`` or
-``sim_critic.py``.
+The sim model's behaviours for the analyst, proposer and critic live beside these layouts in
+:mod:`~rsi_worker.roles.sim` and read them by the same header constants; importing this package
+registers them with the sim (``rsi_common.llm.sim``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from rsi_worker.roles.proposer import (
     variant_brief,
 )
 from rsi_worker.roles.signal import implicit_signal
+from rsi_worker.roles.sim import register_sim_behaviours
 
 __all__ = [
     "MAX_EDITS",
@@ -56,3 +57,5 @@ __all__ = [
     "variant_brief",
     "verdict_key",
 ]
+
+register_sim_behaviours()

@@ -42,6 +42,7 @@ __all__ = [
     "CRITIC_BRIEF",
     "CRITIC_RULES",
     "CRITIC_SYSTEM",
+    "PAYLOAD_SECTIONS",
     "PRODUCTION_PATTERNS",
     "Pattern",
     "Review",
@@ -68,6 +69,8 @@ PRODUCTION_PATTERNS: tuple[Pattern, ...] = (
 EXPECTED_MIN_CHARS = 24
 SNIPPET_CHARS = 80
 EDITS_CHARS, DIFF_CHARS = 20_000, 120_000
+PAYLOAD_SECTIONS = ("SUMMARY", "TARGETS", "DECLARED EDITS", "RECENT USER MESSAGES", "DIFF")
+"""``HEADER:`` sections of the review payload, in order (the sim critic reads them)."""
 USER_MESSAGES, USER_MESSAGE_CHARS = 40, 300
 ATTEMPTS = 3
 _JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
@@ -262,13 +265,9 @@ def critic_user_prompt(diff: str, mechanism: str, targets_mode: str, edits: Sequ
     """The review payload: SUMMARY, TARGETS, DECLARED EDITS, RECENT USER MESSAGES, DIFF."""
     declared = json.dumps([dict(e) for e in edits], ensure_ascii=False, indent=1)[:EDITS_CHARS]
     messages = "\n".join(f'- "{m}"' for m in user_messages) or "(none)"
-    return "\n\n".join([
-        "SUMMARY:\n" + (mechanism.strip() or "(none)"),
-        "TARGETS:\n" + (targets_mode.strip() or "(none)"),
-        "DECLARED EDITS:\n" + declared,
-        "RECENT USER MESSAGES:\n" + messages,
-        "DIFF:\n" + diff[:DIFF_CHARS],
-    ])
+    bodies = (mechanism.strip() or "(none)", targets_mode.strip() or "(none)", declared, messages,
+              diff[:DIFF_CHARS])
+    return "\n\n".join(f"{header}:\n{body}" for header, body in zip(PAYLOAD_SECTIONS, bodies, strict=True))
 
 
 def _strings(value: Any) -> list[str]:
