@@ -1,6 +1,6 @@
 """The sim model's critic (SIM.md §4), role ``critic``.
 
-The deterministic precheck of SPEC §6.2 runs before the model (:mod:`rsi_worker.roles.critic`); this
+The deterministic precheck of SPEC §6.2 runs before the model (:mod:`rsi_worker.gate.precheck`); this
 behaviour is the model stage. It reads the review payload by the sections its builder writes
 (:data:`~rsi_worker.roles.critic.PAYLOAD_SECTIONS`: ``RECENT USER MESSAGES`` and ``DIFF``) and
 rejects when
