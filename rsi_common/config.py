@@ -298,11 +298,12 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(None, ge=1, le=65535)
     """Port of the worker's Prometheus endpoint (1..65535); ``None`` = off."""
     log_format: Literal["json", "text"] = "json"
-    """``json``: one JSON object per line (``rsi_worker.logs``); ``text``: one readable line."""
+    """``json``: one JSON object per line (``rsi_worker.observability.logs``); ``text``: one readable line."""
     log_level: str = "INFO"
     """Root log level of ``rsi worker`` / ``rsi beat`` (``-l`` overrides it)."""
     otel: bool = False
-    """OpenTelemetry tracing of Celery tasks; needs the ``otel`` extra (``rsi_worker.tracing``)."""
+    """OpenTelemetry tracing of Celery tasks; needs the ``otel`` extra
+    (``rsi_worker.observability.tracing``)."""
 
     def __init__(self, **values: Any) -> None:
         """Read the environment (and ``values``) and validate.

@@ -9,18 +9,15 @@
 * :class:`CoordinationError` — the run lost its right to write (lease lost, fence superseded).
   The run stops at once and writes nothing else.
 
-Failures are stored as data (:func:`error_record`), never pickled.
+Failures are stored as data (:func:`rsi_common.stored.error_record`), never pickled.
 """
 
 from __future__ import annotations
-
-from typing import TypedDict
 
 __all__ = [
     "BrokerUnavailable",
     "CoordinationError",
     "CredentialError",
-    "ErrorRecord",
     "FenceRejected",
     "InfrastructureError",
     "InputLimitError",
@@ -43,7 +40,6 @@ __all__ = [
     "UnknownVersionError",
     "WorldError",
     "WorldLimitError",
-    "error_record",
 ]
 
 
@@ -169,24 +165,3 @@ class LeaseLost(CoordinationError):
 
 class FenceRejected(CoordinationError):
     """A newer run has written for this agent; this run's write is refused."""
-
-
-class ErrorRecord(TypedDict):
-    """A failure stored as data."""
-
-    type: str
-    message: str
-
-
-def error_record(exc: BaseException, limit: int = 300) -> ErrorRecord:
-    """Return ``{type, message}`` for ``exc``, the message cut to ``limit`` characters.
-
-    The message is safe to store and show (:func:`rsi_common.stored.safe_text`: invalid characters
-    replaced, credential-shaped text withheld); a database error's message, which quotes the
-    statement and its parameters, is not kept at all.
-    """
-    from rsi_common.stored import safe_text
-
-    if type(exc).__module__.split(".")[0] == "sqlalchemy":
-        return {"type": type(exc).__name__, "message": "database error (statement and parameters not shown)"}
-    return {"type": type(exc).__name__, "message": safe_text(str(exc), limit)}

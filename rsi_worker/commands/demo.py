@@ -25,7 +25,7 @@ from rsi_common.client import RsiClient, RunInfo
 from rsi_common.config import Settings
 from rsi_common.errors import UnknownAgentError
 from rsi_common.llm import ModelClient, make_client
-from rsi_worker.scenario import CORRECTION, next_history, turn_plan
+from rsi_worker.jobs.scenario import CORRECTION, next_history, turn_plan
 
 __all__ = ["demo"]
 
@@ -141,7 +141,7 @@ def demo(
     ),
 ) -> None:
     """Run the one-command demo (embedded mode, sim model, no keys)."""
-    from rsi_worker.embedded import IN_PROCESS_NOTICE, EmbeddedCluster
+    from rsi_worker.local.embedded import IN_PROCESS_NOTICE, EmbeddedCluster
 
     console = Console()
     root = Path(home)

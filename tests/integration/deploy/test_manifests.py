@@ -25,8 +25,8 @@ import yaml
 
 from rsi_common.config import Settings
 from rsi_common.dispatch import QUEUES
-from rsi_worker.app import TASK_ROUTES
 from rsi_worker.cli import app as rsi_app
+from rsi_worker.cluster.app import TASK_ROUTES
 
 pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parents[3]

@@ -1,29 +1,23 @@
-"""The sim model: a deterministic, offline stand-in for a real LLM in every role (SIM.md).
+"""The sim client: a deterministic, offline stand-in for a real LLM in every role (SIM.md).
 
 One call, in order:
 
 1. **Call seed** = SHA-256 of canonical JSON ``[settings.sim.seed, role, request.messages,
    request.seed]`` (:func:`call_seed`). Every random choice of the call is a draw from this seed
-   under its own label (:meth:`~rsi_common.llm.sim_core.SimCall.draw`), so the same request
+   under its own label (:meth:`~rsi_common.llm.sim.core.SimCall.draw`), so the same request
    repeats identically and trial ``j`` (request seed ``j``) differs from trial ``j′`` only through
    the draws — i.e. only where ``noise`` or ``error_rate`` > 0.
 2. **Latency**: sleep ``latency_ms + jitter_ms · draw("jitter")`` milliseconds.
 3. **Errors**: with probability ``error_rate`` (``draw("error")``) raise
    :class:`~rsi_common.errors.ModelTransientError`, after the sleep (the call took its time).
    The sim never retries: the same call would fail the same way.
-4. **Behaviour** of the client's role, from the role registry (:data:`SIM_ROLES`). A request whose
-   system prompt starts with :data:`~rsi_common.llm.base.COMPACTION_MARKER` is answered by the
-   ``compact`` behaviour whatever the role.
+4. **Behaviour** of the client's role, from the role-behaviour registry
+   (:mod:`~rsi_common.llm.sim.registry`). A request whose system prompt starts with
+   :data:`~rsi_common.llm.base.COMPACTION_MARKER` is answered by the ``compact`` behaviour whatever
+   the role.
 5. **Usage**: input tokens = ``ceil((len(system) + len(canonical JSON of messages) + len(canonical
    JSON of tools, 0 when none)) / 4)``; output tokens = ``ceil(chars of the reply / 4)`` where a
    text block counts its text and a ``tool_use`` block the canonical JSON of ``{"input", "name"}``.
-
-Roles built in: ``policy`` (SIM.md §3, :mod:`~rsi_common.llm.sim_policy`), ``judge``, ``signal``
-and ``compact`` (:mod:`~rsi_common.llm.sim_roles`), ``analyst``
-(:mod:`~rsi_common.llm.sim_analyst`), ``proposer`` (:mod:`~rsi_common.llm.sim_proposer`) and
-``critic`` (:mod:`~rsi_common.llm.sim_critic`). The last three read the prompt layouts of
-``rsi_worker.roles`` (analyst, proposer context, critic payload) by their section headers, as a
-model would; they do not import them. Other roles can be added with :func:`register_sim_role`.
 """
 
 from __future__ import annotations
@@ -34,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rsi_common.config import SimConfig
-from rsi_common.errors import InvalidInput, ModelBadRequest, ModelTransientError
+from rsi_common.errors import InvalidInput, ModelTransientError
 from rsi_common.llm.base import (
     COMPACTION_MARKER,
     ROLE_NAMES,
@@ -43,67 +37,10 @@ from rsi_common.llm.base import (
     Usage,
     canonical_json,
 )
-from rsi_common.llm.sim_analyst import analyst
-from rsi_common.llm.sim_core import SimCall, SimHandler, seed_of
-from rsi_common.llm.sim_critic import critic
-from rsi_common.llm.sim_policy import policy
-from rsi_common.llm.sim_proposer import proposer
-from rsi_common.llm.sim_roles import compact, judge, signal
-from rsi_common.llm.sim_traits import (
-    DETECTORS,
-    TRAITS,
-    TRIGGERS,
-    detect_brief,
-    detect_bullets,
-    detect_cite,
-    detect_korean,
-    detect_one_line_reco,
-    detect_table,
-    detect_units,
-    detected_traits,
-)
+from rsi_common.llm.sim.core import SimCall, SimHandler, seed_of
+from rsi_common.llm.sim.registry import SIM_ROLES, behaviour
 
-__all__ = [
-    "DETECTORS",
-    "SIM_ROLES",
-    "TRAITS",
-    "TRIGGERS",
-    "SimCall",
-    "SimClient",
-    "SimHandler",
-    "call_seed",
-    "detect_brief",
-    "detect_bullets",
-    "detect_cite",
-    "detect_korean",
-    "detect_one_line_reco",
-    "detect_table",
-    "detect_units",
-    "detected_traits",
-    "input_tokens",
-    "output_tokens",
-    "register_sim_role",
-]
-
-SIM_ROLES: dict[str, SimHandler] = {
-    "policy": policy, "judge": judge, "signal": signal, "compact": compact,
-    "analyst": analyst, "proposer": proposer, "critic": critic,
-}
-"""Role → behaviour. Extend only through :func:`register_sim_role`."""
-
-
-def register_sim_role(role: str, handler: SimHandler, *, replace: bool = False) -> None:
-    """Add the sim behaviour of ``role`` (e.g. ``analyst`` from ``rsi_worker.roles``).
-
-    Registering the same handler again is a no-op, so module imports may repeat.
-
-    Raises:
-        InvalidInput: ``role`` already has another behaviour and ``replace`` is false.
-    """
-    current = SIM_ROLES.get(role)
-    if current is not None and current is not handler and not replace:
-        raise InvalidInput(f"the sim role {role!r} already has a behaviour; pass replace=True to swap it")
-    SIM_ROLES[role] = handler
+__all__ = ["SimClient", "call_seed", "input_tokens", "output_tokens"]
 
 
 def call_seed(global_seed: int, role: str, request: ModelRequest) -> bytes:
@@ -138,7 +75,8 @@ class SimClient:
         config: The sim's knobs; default :class:`SimConfig` defaults.
         role: The behaviour (module docstring, step 4).
         sleep: Sleep function, in seconds (tests inject a recorder).
-        handlers: Role registry to use instead of :data:`SIM_ROLES`.
+        handlers: Role registry to use instead of
+            :data:`~rsi_common.llm.sim.registry.SIM_ROLES`.
 
     Raises:
         InvalidInput: ``role`` is neither a known role name nor in the registry.
@@ -168,7 +106,7 @@ class SimClient:
 
         Raises:
             ModelTransientError: Injected by ``error_rate``.
-            ModelBadRequest: The role has no sim behaviour yet.
+            ModelBadRequest: No behaviour is registered for the role.
         """
         call = SimCall(request, self.role, self.config, call_seed(self.config.seed, self.role, request))
         delay_ms = self.config.latency_ms + self.config.jitter_ms * call.draw("jitter")
@@ -179,13 +117,7 @@ class SimClient:
                 f"sim: injected provider error (HTTP 529 overloaded; error_rate={self.config.error_rate})"
             )
         role = "compact" if request.system.lstrip().startswith(COMPACTION_MARKER) else self.role
-        handler = self._handlers.get(role)
-        if handler is None:
-            raise ModelBadRequest(
-                f"sim: the role {role!r} has no sim behaviour yet; register one with "
-                "rsi_common.llm.sim.register_sim_role"
-            )
-        content = handler(call)
+        content = behaviour(role, self._handlers)(call)
         stop = "tool_use" if any(b.get("type") == "tool_use" for b in content) else "end_turn"
         usage = Usage(input_tokens=input_tokens(request), output_tokens=output_tokens(content))
         return ModelResponse(

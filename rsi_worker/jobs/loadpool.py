@@ -3,7 +3,7 @@
 A pool is a list of :class:`PoolConversation`; each is the ordered turns of one conversation, every
 turn a recorded ``rsi-world/1`` record plus its explicit signals. Two sources:
 
-* :func:`generate_pool` — live turns of the shopping scenario (:mod:`rsi_worker.scenario`) run with
+* :func:`generate_pool` — live turns of the shopping scenario (:mod:`rsi_worker.jobs.scenario`) run with
   the sim model at latency 0 under H0, deterministic for a ``seed``: a request that names the
   ``search`` tool, then (by weighted draw) a user correction, an acceptance (sometimes with
   ``stars`` 5), a new topic in the same conversation, or nothing. Corrections make the next
@@ -31,7 +31,7 @@ from rsi_common.config import SimConfig
 from rsi_common.errors import InvalidInput
 from rsi_common.host_input import SIGNAL_KEYS
 from rsi_common.llm.sim import SimClient
-from rsi_worker.scenario import CATALOG, CORRECTION, conversation_turn, next_history
+from rsi_worker.jobs.scenario import CATALOG, CORRECTION, conversation_turn, next_history
 
 __all__ = ["PoolConversation", "PoolTurn", "TurnKind", "generate_pool", "load_pool", "rebind"]
 

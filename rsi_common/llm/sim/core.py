@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsi_common.config import SimConfig
-from rsi_common.llm.base import ModelRequest, canonical_json
+from rsi_common.llm.base import KERNEL_NOTE_TAG, ModelRequest, canonical_json
 
 __all__ = [
-    "KERNEL_NOTE_TAG",
     "SimCall",
     "SimHandler",
     "Turn",
@@ -44,7 +43,6 @@ __all__ = [
     "text_reply",
 ]
 
-KERNEL_NOTE_TAG = "<kernel_note>"
 _CONTEXT = re.compile(r"^\s*<turn_context>\s*(.*?)\s*</turn_context>\s*", re.DOTALL)
 
 
@@ -57,7 +55,7 @@ class SimCall:
         role: The role the client was built for.
         config: The sim's knobs (SIM.md §1).
         seed: The call seed, 32 bytes: SHA-256 of the global seed, the role, the messages and
-            the request seed (see :func:`rsi_common.llm.sim.call_seed`).
+            the request seed (see :func:`rsi_common.llm.sim.client.call_seed`).
     """
 
     request: ModelRequest

@@ -1,8 +1,9 @@
 """The sim model's critic (SIM.md §4), role ``critic``.
 
-The deterministic precheck of SPEC §6.2 runs before the model (``rsi_worker.roles.critic``); this
-behaviour is the model stage. It reads the review payload by its sections (``RECENT USER MESSAGES``
-and ``DIFF``) and rejects when
+The deterministic precheck of SPEC §6.2 runs before the model (:mod:`rsi_worker.gate.precheck`); this
+behaviour is the model stage. It reads the review payload by the sections its builder writes
+(:data:`~rsi_worker.roles.critic.PAYLOAD_SECTIONS`: ``RECENT USER MESSAGES`` and ``DIFF``) and
+rejects when
 
 1. an added line (``+``, not ``+++``; JSON string escapes decoded) contains a quoted user sentence:
    a clause of a listed user message — messages split at ``. ! ? ; : ,`` and line ends — of at least
@@ -25,13 +26,12 @@ import json
 import re
 from typing import Any
 
-from rsi_common.llm.sim_core import SimCall, json_reply, message_text, parse_sections
+from rsi_common.llm.sim.core import SimCall, json_reply, message_text, parse_sections
+from rsi_worker.roles.critic import PAYLOAD_SECTIONS
 
-__all__ = [
-    "CRITIC_SECTIONS", "MIN_CLAUSE_CHARS", "MIN_CLAUSE_WORDS", "critic", "review_payload", "user_clauses",
-]
+__all__ = ["MIN_CLAUSE_CHARS", "MIN_CLAUSE_WORDS", "critic", "review_payload", "user_clauses"]
 
-CRITIC_SECTIONS = ("SUMMARY", "TARGETS", "DECLARED EDITS", "RECENT USER MESSAGES", "DIFF")
+_, _, _, _USERS, _DIFF = PAYLOAD_SECTIONS
 MIN_CLAUSE_WORDS, MIN_CLAUSE_CHARS = 5, 20
 SAFETY_KINDS = ("context_mgmt", "control_flow", "client_tool")
 _CLAUSE_SPLIT = re.compile(r"[.!?;:,\n]+")
@@ -99,9 +99,9 @@ def _safety_removed(diff: str) -> str | None:
 
 def review_payload(payload: str) -> dict[str, Any]:
     """The sim critic's verdict for a review payload (module docstring)."""
-    s = parse_sections(payload, CRITIC_SECTIONS)
-    clauses = user_clauses(s.get("RECENT USER MESSAGES", ""))
-    diff = s.get("DIFF", "")
+    s = parse_sections(payload, PAYLOAD_SECTIONS)
+    clauses = user_clauses(s.get(_USERS, ""))
+    diff = s.get(_DIFF, "")
     reasons: list[str] = []
     added = [_decoded(ln[1:]) for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
     if any(c in _norm(text) for text in added for c in clauses):

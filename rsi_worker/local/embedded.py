@@ -26,7 +26,7 @@ from rsi_common.client import RsiClient
 from rsi_common.config import Settings
 from rsi_common.db import make_engine, upgrade
 from rsi_common.dispatch import KombuDispatcher
-from rsi_worker.servers import RedisServer, redis_server_bin
+from rsi_worker.local.servers import RedisServer, redis_server_bin
 
 __all__ = ["EmbeddedCluster", "Mode"]
 
@@ -114,7 +114,7 @@ class EmbeddedCluster:
     def _in_process_worker(self) -> Iterator[Any]:
         from celery.contrib.testing.worker import start_worker
 
-        from rsi_worker.app import create_app
+        from rsi_worker.cluster.app import create_app
 
         app = create_app(self.settings)
         with start_worker(
@@ -131,7 +131,7 @@ class EmbeddedCluster:
         """Wait until every worker process answers a ping (redis mode; in-process is ready at once)."""
         if self.mode != "embedded-redis":
             return
-        from rsi_worker.app import create_app
+        from rsi_worker.cluster.app import create_app
 
         app = create_app(self.settings)
         deadline = time.monotonic() + timeout_s
@@ -148,7 +148,7 @@ class EmbeddedCluster:
 
     def client(self) -> RsiClient:
         """A host client wired to this cluster's broker and coordination store."""
-        from rsi_worker.wiring import redis_client
+        from rsi_worker.runtime import redis_client
 
         if self.mode == "embedded-redis":
             assert self.redis is not None

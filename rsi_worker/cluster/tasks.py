@@ -24,8 +24,10 @@ from celery import Celery, chord
 
 from rsi_common.coord import Lease
 from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUE_JUDGE, QUEUE_REPLAY, TASK_CONSOLIDATE
-from rsi_common.errors import error_record
-from rsi_worker.app import WorkerContext
+from rsi_common.stored import error_record
+from rsi_worker.cluster.recovery import hand_on
+from rsi_worker.cluster.sweeper import sweep
+from rsi_worker.cluster.worker import WorkerContext
 from rsi_worker.consolidate import (
     Deps,
     Next,
@@ -38,7 +40,6 @@ from rsi_worker.consolidate import (
 )
 from rsi_worker.consolidate.evaluate import TrialSlot
 from rsi_worker.consolidate.finalize import finalize, settle, settle_lease
-from rsi_worker.recovery import hand_on
 
 __all__ = ["CeleryDispatcher", "register"]
 
@@ -177,8 +178,6 @@ def register(app: Celery, ctx: WorkerContext) -> None:
     @app.task(name="rsi.sweep")
     def sweep_task() -> dict[str, Any]:
         """The sweeper (Celery beat). Idempotent: every action is conditional on current state."""
-        from rsi_worker.sweeper import sweep
-
         rt = ctx.runtime()
         report = sweep(rt.sessions, rt.coord, CeleryDispatcher(app), ctx.settings)
         ctx.metrics.sweep_done(report.to_json())

@@ -2,7 +2,7 @@
 
 The same code runs in every mode; only what is built here differs: a real Redis for
 ``RSI_REDIS_URL``, else fakeredis in-process (the embedded in-process mode). Nothing here starts
-servers; :mod:`rsi_worker.embedded` does that for the one-command local mode.
+servers; :mod:`rsi_worker.local.embedded` does that for the one-command local mode.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from rsi_common.coord import Coordinator
 from rsi_common.db import make_engine, session_factory, upgrade
 from rsi_common.dispatch import redis_py_url
 from rsi_worker.consolidate import Deps, ModelFactory, default_models
-from rsi_worker.metrics import NULL_METRICS, Metrics
+from rsi_worker.observability.metrics import NULL_METRICS, Metrics
 
 __all__ = ["Runtime", "open_runtime", "redis_client"]
 

@@ -49,6 +49,7 @@ from rsi_common.db import AgentRow, RunRow, WorldRow, mark_interrupted
 from rsi_common.dispatch import QUEUE_CONSOLIDATE, TASK_CONSOLIDATE
 from rsi_common.errors import InvalidInput, UnknownAgentError
 from rsi_common.handoff import consolidate_args
+from rsi_worker.consolidate import SerialExecutor, consolidate_inline
 from rsi_worker.consolidate.opening import MAX_KIND_CHARS
 
 __all__ = [
@@ -253,8 +254,6 @@ class InlineLauncher:
         """The agent's run and its re-runs; a failed step is settled inside (``failed``, lease
         released or handed on). What raises here is a run that could not open its row: its lease
         is released already and :meth:`failure` reports the error."""
-        from rsi_worker.consolidate import SerialExecutor, consolidate_inline
-
         consolidate_inline(self.deps, lease, SerialExecutor(), force=self.force, kind=self.kind)
 
     def failure(self, agent_id: str) -> str | None:

@@ -8,13 +8,13 @@ One :func:`sweep` does, in order:
    older than ``run_stale_s`` by the database clock, is closed as ``interrupted`` (reason ``lease
    expired`` or ``stale``; the conditional update leaves a run that finished meanwhile alone). Its
    lease is deleted if the token still matches (compare-and-delete), and the agent's pending io,
-   if any, is begun (``begin_pending``) and enqueued (:func:`~rsi_worker.recovery.hand_on`: if that
+   if any, is begun (``begin_pending``) and enqueued (:func:`~rsi_worker.cluster.recovery.hand_on`: if that
    enqueue fails, the lease is released and the pending turn's world gets ``enqueued_at`` cleared,
    so step 4 retries it next sweep). Without a pending turn, the interrupted run's own turn is
    triggered again (its work was lost, e.g. to a Redis restart) as the re-run rule allows
-   (:func:`~rsi_worker.recovery.rerun_allowed`: a turn whose runs keep dying is not retried for ever).
+   (:func:`~rsi_worker.cluster.recovery.rerun_allowed`: a turn whose runs keep dying is not retried for ever).
 2. **Leftover leases.** Every lease (``SCAN rsi:*:lease``) whose fence has no ``running`` run: when
-   the fence's run is closed — for at least :data:`~rsi_worker.recovery.CLOSED_LEASE_GRACE_S` — or
+   the fence's run is closed — for at least :data:`~rsi_worker.cluster.recovery.CLOSED_LEASE_GRACE_S` — or
    the key has no expiry, the lease is deleted (compare-and-delete by token) and the agent's pending
    turn, if any, is begun and enqueued. A lease whose fence has **no run row yet** is left alone:
    it belongs to a ``consolidate`` task still waiting in the queue, which opens its row when it
@@ -52,7 +52,7 @@ from rsi_common.config import Settings
 from rsi_common.coord import Coordinator, LeaseHolder
 from rsi_common.dispatch import Dispatcher
 from rsi_common.handoff import COORD_ERRORS, trigger_consolidation
-from rsi_worker.recovery import CLOSED_LEASE_GRACE_S, MAX_RERUNS, hand_on, rerun_allowed
+from rsi_worker.cluster.recovery import CLOSED_LEASE_GRACE_S, MAX_RERUNS, hand_on, rerun_allowed
 
 __all__ = ["LEASE_EXPIRED_REASON", "MAX_RERUNS", "STALE_REASON", "SweepReport", "sweep"]
 
@@ -73,7 +73,7 @@ class SweepReport:
         leases_deleted: leases of closed runs deleted (the closed run still held them).
         pending_enqueued: pending turns begun and enqueued (of closed runs, leftover leases, orphaned marks).
         reruns: closed runs re-run for their own turn (no pending turn; the re-run rule of
-            :mod:`rsi_worker.recovery`).
+            :mod:`rsi_worker.cluster.recovery`).
         leases_checked: leases looked at (step 2).
         leftover_leases: leases deleted because their run was closed (or the key never expired).
         pending_checked: pending marks looked at (step 3).

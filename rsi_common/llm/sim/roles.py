@@ -20,7 +20,7 @@ import json
 import re
 from typing import Any
 
-from rsi_common.llm.sim_core import (
+from rsi_common.llm.sim.core import (
     SimCall,
     json_reply,
     message_text,
@@ -29,7 +29,7 @@ from rsi_common.llm.sim_core import (
     split_turn_context,
     text_reply,
 )
-from rsi_common.llm.sim_traits import DETECTORS, facts_from_text, traits_in
+from rsi_common.llm.sim.traits import DETECTORS, facts_from_text, traits_in
 
 __all__ = [
     "JUDGE_SECTIONS",

@@ -1,4 +1,4 @@
-"""instantiate (SPEC §5.1) against a registry of fake component classes."""
+"""The component registry and instantiate (SPEC §5.1), against the real and fake component classes."""
 
 from __future__ import annotations
 
@@ -9,17 +9,21 @@ from typing import Any
 import pytest
 
 from rsi_common.errors import ManifestError
-from rsi_common.harness import (
+from rsi_common.harness import IMPL_PREFIX, ComponentSpec, Harness, build_harness, h0
+from rsi_common.kernel.components import (
     KNOWN_IMPLS,
     PROTOCOL_METHODS,
-    ComponentSpec,
-    Harness,
-    build_harness,
-    h0,
+    REGISTERED,
+    REGISTRY,
+    ToolExposureComponent,
+    check_component,
+    effective_params,
+    impl_of,
     instantiate,
 )
-
-from .helpers import SKILL_IMPL, SKILL_PATH, SKILL_TEXT, comp, h0_obj, with_skill
+from rsi_common.kernel.components.protocols import KIND_HOOKS, ToolHooks
+from rsi_common.kinds import KINDS
+from tests.unit.harness.helpers import SKILL_IMPL, SKILL_PATH, SKILL_TEXT, comp, h0_obj, with_skill
 
 
 class _Fake:
@@ -95,10 +99,48 @@ def test_skill_and_subagent_need_no_method() -> None:
     assert PROTOCOL_METHODS["skill"] == () and PROTOCOL_METHODS["subagent"] == ()
 
 
-def test_the_kernel_registry_matches_known_impls() -> None:
-    """Integration with rsi_common.kernel.components (built separately); skipped if it is absent."""
-    components = pytest.importorskip("rsi_common.kernel.components")
-    assert set(components.REGISTRY) == set(KNOWN_IMPLS)
+def test_the_kernel_registry_instantiates_every_component() -> None:
     h = build_harness(with_skill(), {SKILL_PATH: SKILL_TEXT})
     instances = instantiate(h)
     assert [c.id for c in instances] == [c.id for c in h.manifest.components]
+
+
+# --- the one registry: everything derived from REGISTERED and the hook protocols -------------------
+
+
+def test_impl_strings_are_module_and_class() -> None:
+    assert list(REGISTRY) == [impl_of(cls) for cls in REGISTERED]
+    for impl, cls in REGISTRY.items():
+        assert impl == f"{cls.__module__}:{cls.__name__}" and impl.startswith(IMPL_PREFIX)
+    assert SKILL_IMPL in REGISTRY
+    assert set(h0().manifest.components[i].impl for i in range(7)) <= set(REGISTRY)
+
+
+def test_kinds_come_from_the_classes() -> None:
+    assert dict(KNOWN_IMPLS) == {impl: cls.KIND for impl, cls in REGISTRY.items()}
+    assert len(set(KNOWN_IMPLS.values())) == len(KNOWN_IMPLS)  # one class per kind today
+
+
+def test_hook_methods_are_derived_from_the_protocols() -> None:
+    assert tuple(KIND_HOOKS) == KINDS
+    assert PROTOCOL_METHODS["client_tool"] == ("exposed_tools", "tool_runner_settings")
+    assert PROTOCOL_METHODS["context_mgmt"] == ("before_call", "ensure_fits")
+    assert all(m in vars(ToolHooks) for m in PROTOCOL_METHODS["client_tool"])
+    assert callable(ToolExposureComponent.tool_runner_settings)
+
+
+def test_every_registered_class_passes_its_own_check() -> None:
+    h = h0()
+    for impl, cls in REGISTRY.items():
+        spec = ComponentSpec(id="c", kind=cls.KIND, impl=impl, params={}, files=(), enabled=True)
+        assert check_component(spec, h, REGISTRY) is cls
+
+
+def test_effective_params_are_catalog_defaults_under_the_manifest() -> None:
+    impl = impl_of(ToolExposureComponent)
+    spec = ComponentSpec(id="t", kind="client_tool", impl=impl, params={"executor": "sequential"})
+    params = effective_params(spec)
+    assert params["executor"] == "sequential"
+    assert set(params) == set(ToolExposureComponent.PARAMS) | {"executor"}
+    unknown = ComponentSpec(id="u", kind="client_tool", impl="x:y", params={"a": 1})
+    assert effective_params(unknown) == {"a": 1}

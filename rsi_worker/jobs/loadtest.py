@@ -2,7 +2,7 @@
 
 **Traffic.** ``rate × duration`` turns are offered, turn ``i`` at ``i / rate`` seconds after the start,
 to agent ``i mod agents`` (agents ``<prefix>-0 … <prefix>-{agents-1}``). Each agent walks through
-conversations of the pool (:mod:`rsi_worker.loadpool`) — agent ``a``'s ``m``-th conversation is pool
+conversations of the pool (:mod:`rsi_worker.jobs.loadpool`) — agent ``a``'s ``m``-th conversation is pool
 conversation ``(a + m·agents) mod |pool|`` — turn after turn, so a correction arrives as the next
 turn of the conversation it corrects and triggers a round. Every turn is a pool world rebound to its
 agent, a fresh conversation id, a fresh io id and the current clock, recorded through
@@ -42,7 +42,7 @@ import sqlalchemy as sa
 
 from rsi_common.client import RsiClient, RunInfo
 from rsi_common.errors import InvalidInput
-from rsi_worker.loadpool import PoolConversation, PoolTurn, rebind
+from rsi_worker.jobs.loadpool import PoolConversation, PoolTurn, rebind
 
 __all__ = ["LoadConfig", "Offer", "Sent", "drive", "run_loadtest", "schedule"]
 

@@ -1,37 +1,33 @@
 """The Celery app factory and queue routing (ARCHITECTURE §1, §3, §5).
 
 One app per process, built from :class:`~rsi_common.config.Settings` by :func:`create_app`; the
-tasks of :mod:`rsi_worker.tasks` are registered on it. Connection objects (database engine, Redis
-client, coordinator) are built lazily per *process* by :class:`WorkerContext` — a forked pool
-child builds its own — and are never module globals.
+tasks of :mod:`rsi_worker.cluster.tasks` are registered on it. Connection objects (database engine,
+Redis client, coordinator) are built lazily per *process* by the app's
+:class:`~rsi_worker.cluster.worker.WorkerContext` (``app.rsi``) — a forked pool child builds its
+own — and are never module globals.
 
 Delivery contract (at-least-once): ``task_acks_late`` with ``worker_prefetch_multiplier = 1``
 and ``task_reject_on_worker_lost``: a task whose worker dies is delivered again (at once when a
 pool child dies, after ``visibility_timeout_s`` when the whole node dies). Every task is
-idempotent (see each task's docstring); :meth:`WorkerContext.count_delivery` caps redeliveries.
+idempotent (see each task's docstring); :meth:`~rsi_worker.cluster.worker.WorkerContext.count_delivery`
+caps redeliveries.
 """
 
 from __future__ import annotations
 
 import gc
-import importlib
-import logging
-import os
-import threading
 from typing import Any
 
-from celery import Celery, current_task, signals
+from celery import Celery, signals
 
 from rsi_common.config import Settings
 from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUE_JUDGE, QUEUE_REPLAY, QUEUES, celery_queue
 from rsi_common.errors import SettingsError
-from rsi_worker.consolidate import ModelFactory, default_models
-from rsi_worker.logs import connect_task_context
-from rsi_worker.metrics import PrometheusMetrics, metrics_for
-from rsi_worker.tracing import instrument_celery
-from rsi_worker.wiring import Runtime, open_runtime
+from rsi_worker.cluster.tasks import register
+from rsi_worker.cluster.worker import DELIVERY_TTL_S, WorkerContext
+from rsi_worker.observability.logs import connect_task_context
 
-__all__ = ["TASK_ROUTES", "WorkerContext", "broker_urls", "create_app", "load_model_factory"]
+__all__ = ["TASK_ROUTES", "app_from_env", "broker_urls", "create_app"]
 
 TASK_ROUTES: dict[str, dict[str, str]] = {
     "rsi.consolidate": {"queue": QUEUE_CONSOLIDATE},
@@ -44,8 +40,6 @@ TASK_ROUTES: dict[str, dict[str, str]] = {
 }
 """Task name → queue. ``replay`` carries the fan-out; ``judge`` the chord bodies."""
 
-DELIVERY_TTL_S = 24 * 3600
-log = logging.getLogger(__name__)
 
 
 def broker_urls(settings: Settings) -> tuple[str, str]:
@@ -53,81 +47,6 @@ def broker_urls(settings: Settings) -> tuple[str, str]:
     if settings.redis_url:
         return settings.redis_url, settings.redis_url
     return "memory://", "cache+memory://"
-
-
-def load_model_factory(settings: Settings) -> ModelFactory:
-    """``RSI_MODEL_FACTORY`` (``"module:callable"``, called with the settings) or the default."""
-    spec = settings.model_factory
-    if not spec:
-        return default_models(settings)
-    module, _, name = spec.partition(":")
-    if not module or not name:
-        raise SettingsError(f"RSI_MODEL_FACTORY must look like 'package.module:callable', got {spec!r}")
-    factory = getattr(importlib.import_module(module), name)
-    built: ModelFactory = factory(settings)
-    return built
-
-
-class WorkerContext:
-    """Per-process connection objects of a worker, built on first use (fork-safe)."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.metrics = metrics_for(settings)
-        """This process's metrics (:mod:`rsi_worker.metrics`); served from ``worker_init``."""
-        self._metrics_server: Any = None
-        self._runtime: Runtime | None = None
-        self._pid = 0
-        self._lock = threading.Lock()
-
-    def runtime(self) -> Runtime:
-        with self._lock:
-            if self._runtime is None or self._pid != os.getpid():
-                self._runtime = open_runtime(self.settings, models=load_model_factory(self.settings),
-                                             metrics=self.metrics)
-                self._pid = os.getpid()
-            return self._runtime
-
-    def reset(self) -> None:
-        """Forget this process's connections (after a fork, or in tests)."""
-        with self._lock:
-            if self._runtime is not None and self._pid == os.getpid():
-                self._runtime.close()
-            self._runtime = None
-
-    def count_delivery(self, task_id: str) -> int:
-        """How many times the task with ``task_id`` has started (1 on the first delivery)."""
-        client = self.runtime().redis
-        key = f"rsi:task:{task_id}:deliveries"
-        n = int(client.incr(key))
-        if n == 1:
-            client.expire(key, DELIVERY_TTL_S)
-        task = getattr(current_task, "name", None) or "unknown"
-        self.metrics.task_delivered(str(task), n, cap=self.settings.max_redeliveries)
-        return n
-
-    def start_observability(self, pool: str = "") -> None:
-        """Serve ``/metrics`` on ``metrics_port`` and turn on tracing (``RSI_OTEL``); once per process.
-
-        A port that cannot be bound is logged as an error; the worker runs on without metrics.
-        """
-        port = self.settings.metrics_port
-        if isinstance(self.metrics, PrometheusMetrics) and port is not None and self._metrics_server is None:
-            if "prefork" in pool.lower() or "processes" in pool.lower():
-                log.warning("metrics: prefork pool children's counts are not exported; use -P threads")
-            try:
-                self._metrics_server = self.metrics.serve(port)
-                log.info("metrics served on port %d", port)
-            except OSError as exc:
-                log.error("metrics port %d not served: %s", port, exc)
-        instrument_celery(self.settings)
-
-    def stop_observability(self) -> None:
-        """Stop serving ``/metrics`` (worker shutdown)."""
-        server, self._metrics_server = self._metrics_server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
 
 
 def _worker_context(sender: Any) -> WorkerContext | None:
@@ -197,14 +116,12 @@ def create_app(settings: Settings, *, name: str = "rsi") -> Celery:
     signals.worker_init.connect(_on_worker_init, weak=False, dispatch_uid="rsi-worker-init")
     signals.worker_shutdown.connect(_on_worker_shutdown, weak=False, dispatch_uid="rsi-worker-shutdown")
     connect_task_context()
-    from rsi_worker.tasks import register
-
     register(app, ctx)
     return app
 
 
 def app_from_env() -> Any:
-    """The app of this process's environment (the ``celery -A rsi_worker.app:app_from_env`` hook).
+    """The app of this process's environment (the ``celery -A rsi_worker.cluster.app:app_from_env`` hook).
 
     Raises:
         SettingsError: invalid settings, or no ``RSI_REDIS_URL``: a Celery process started this way

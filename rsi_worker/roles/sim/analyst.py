@@ -1,8 +1,9 @@
 """The sim model's analyst (SIM.md §4), role ``analyst``.
 
-Reads the analyst prompt of SPEC §3.8 (``rsi_worker.roles.analyst``) the way a model would: the
-blocks under the ``FAILING WORLDS`` and ``PASSING WORLDS`` header lines, each world starting with a
-``WORLD <id> — …`` line and holding ``REQUEST``, ``FINAL ANSWER`` and ``JUDGE`` sections.
+Reads the analyst prompt of SPEC §3.8 (:mod:`rsi_worker.roles.analyst`) the way a model would, by
+the header constants its builder writes: the blocks under the ``FAILING WORLDS`` and
+``PASSING WORLDS`` header lines, each world starting with a ``WORLD <id> — …`` line and holding
+``REQUEST``, ``FINAL ANSWER`` and ``JUDGE`` sections.
 
 * **Failure modes**: a trait is *missing* in a failing world when the criterion text of one of its
   ``[FAIL]`` judge lines triggers the trait (``traits_in``, with the world's request for
@@ -23,8 +24,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsi_common.llm.sim_core import SimCall, json_reply, message_text
-from rsi_common.llm.sim_traits import DETECTORS, TRAITS, traits_in
+from rsi_common.llm.sim.core import SimCall, json_reply, message_text
+from rsi_common.llm.sim.traits import DETECTORS, TRAITS, traits_in
+from rsi_worker.roles.analyst import (
+    FAILING_WORLDS,
+    PASSING_WORLDS,
+    PRIOR_NAMES,
+    SECTION_ANSWER,
+    SECTION_JUDGE,
+    SECTION_REQUEST,
+    WORLD_HEADER,
+    WORLD_SECTIONS,
+)
 
 __all__ = ["TRAIT_NEEDS", "WorldBlock", "analyst", "analyze_prompt", "parse_worlds"]
 
@@ -39,12 +50,11 @@ TRAIT_NEEDS: Mapping[str, str] = {
 }
 """Trait → the general need a missing trait reveals (the mode descriptions)."""
 
-_WORLD = re.compile(r"^WORLD (\S+) — ")
+_WORLD = re.compile(rf"^{re.escape(WORLD_HEADER)} (\S+) — ")
 _JUDGE_LINE = re.compile(r"^\[(PASS|FAIL)\] \(([^)]*)\) (.*)$")
 _STEP_LINE = re.compile(
     r"^(?:\[step \d+\] AGENT:|TOOL_CALL |TOOL_RESULT|TOOL_ERROR|\(steps of the recorded turn)"
 )
-_SECTION_LINES = ("EARLIER CONVERSATION (last messages)", "REQUEST", "FINAL ANSWER", "JUDGE")
 
 
 @dataclass
@@ -76,28 +86,27 @@ def parse_worlds(block: str) -> list[WorldBlock]:
             continue
         if not worlds:
             continue
-        if line in _SECTION_LINES:
+        if line in WORLD_SECTIONS:
             section = line
             continue
-        if section == "REQUEST" and _STEP_LINE.match(line):
+        if section == SECTION_REQUEST and _STEP_LINE.match(line):
             section = "STEPS"
         w = worlds[-1]
-        if section == "JUDGE":
+        if section == SECTION_JUDGE:
             j = _JUDGE_LINE.match(line)
             if j is not None:
                 w.verdicts.append((j.group(1) == "PASS", j.group(2), _criterion(j.group(3))))
-        elif section in ("REQUEST", "FINAL ANSWER"):
+        elif section in (SECTION_REQUEST, SECTION_ANSWER):
             lines.setdefault(section, []).append(line)
-            w.request = "\n".join(lines.get("REQUEST", [])).strip()
-            w.answer = "\n".join(lines.get("FINAL ANSWER", [])).strip()
+            w.request = "\n".join(lines.get(SECTION_REQUEST, [])).strip()
+            w.answer = "\n".join(lines.get(SECTION_ANSWER, [])).strip()
     return worlds
 
 
 def _split(prompt: str) -> tuple[str, str]:
     failing, passing = "", ""
-    m_fail = re.search(r"(?m)^FAILING WORLDS$", prompt)
-    m_pass = re.search(r"(?m)^PASSING WORLDS$", prompt)
-    m_prior = re.search(r"(?m)^PRIOR NAMES$", prompt)
+    m_fail, m_pass, m_prior = (re.search(rf"(?m)^{re.escape(h)}$", prompt)
+                               for h in (FAILING_WORLDS, PASSING_WORLDS, PRIOR_NAMES))
     end = m_prior.start() if m_prior else len(prompt)
     if m_fail is not None:
         failing = prompt[m_fail.end(): m_pass.start() if m_pass else end]

@@ -1,9 +1,10 @@
 """The sim model's proposer (SIM.md §4), role ``proposer``: it speaks the action protocol of SPEC §6.1.
 
-It reads the first user message of ``rsi_worker.roles.proposer_context`` by its ``HEADER:`` sections
-(``VARIANT``, ``EXPLORATION``, ``ANALYSIS REPORT``, ``TASK ROWS``, ``CURRENT MANIFEST``, ``BUDGET``,
-``REPAIR``) and the results of its own earlier actions (``[<action>] ok`` / ``[<action>] error``
-messages), and replies with the next action. Every reply is a pure function of the conversation.
+It reads the first user message of :mod:`rsi_worker.roles.proposer_context` by the ``HEADER:``
+sections its builder writes (:data:`~rsi_worker.roles.proposer_context.SECTIONS`: ``VARIANT``,
+``EXPLORATION``, ``ANALYSIS REPORT``, ``TASK ROWS``, ``CURRENT MANIFEST``, ``BUDGET``, ``REPAIR``)
+and the results of its own earlier actions (``[<action>] ok`` / ``[<action>] error`` messages), and
+replies with the next action. Every reply is a pure function of the conversation.
 
 **What it proposes.** The traits of the ``missing-<trait>`` failure modes of the analysis report, in
 report order, up to the budget. Levers, by variant index (A = 0):
@@ -54,16 +55,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsi_common.llm.base import parse_json_object
-from rsi_common.llm.sim_analyst import TRAIT_NEEDS
-from rsi_common.llm.sim_core import SimCall, json_reply, message_text, parse_sections
-from rsi_common.llm.sim_traits import TRAITS
+from rsi_common.kernel.components import SkillLibraryComponent, impl_of
+from rsi_common.llm import parse_json_object
+from rsi_common.llm.sim.core import SimCall, json_reply, message_text, parse_sections
+from rsi_common.llm.sim.traits import TRAITS
+from rsi_worker.roles.proposer_context import SECTIONS
+from rsi_worker.roles.sim.analyst import TRAIT_NEEDS
 
-__all__ = ["EXPLORE_ORDER", "PARAM_LEVERS", "SECTIONS", "TRAIT_TEXT", "next_action", "proposer"]
+__all__ = ["EXPLORE_ORDER", "PARAM_LEVERS", "TRAIT_TEXT", "TRAIT_TEXT_ALT", "next_action", "proposer"]
 
-SECTIONS = ("VARIANT", "EDIT HISTORY", "SCOREBOARD", "EXPLORATION", "PRUNE SET", "ANALYSIS REPORT",
-            "TASK ROWS", "CURRENT MANIFEST", "EDITABLE ADDRESSES", "BUDGET", "SELECTION RULES", "TASK",
-            "REPAIR")
 TRAIT_TEXT: Mapping[str, str] = {
     "table": "When you compare options, present them as a markdown table.",
     "one_line_reco": "Keep the recommendation to a single line that starts with 'Recommendation:'.",
@@ -97,7 +97,7 @@ PARAM_LEVERS: Mapping[str, tuple[str, tuple[Any, Any]]] = {
     "config": ("strategy", ("system", "aggressive")),  # read only when the host enables prompt caching
 }
 """Kind without a trait lever → (param, (value, alternative)) set on its first enabled component."""
-SKILL_IMPL = "rsi_common.kernel.components.skills:SkillLibraryComponent"
+SKILL_IMPL = impl_of(SkillLibraryComponent)
 CRITERION_PREFIX = "A better answer does this: "
 _LESSON = re.compile(r"(?<!\w)lessons?(?!\w)|conversation summary", re.IGNORECASE)
 _RESULT = re.compile(r"^\[([a-z_?]+)\] (ok|error)")

@@ -7,7 +7,7 @@
    ``input_schema`` (every pair when the schema lists no properties); a value becomes an int,
    float or bool when the property's schema type says so, else a string. The block id is
    ``toolu_sim_<hex>``, derived from the messages and the tool name (not from the seed).
-2. Otherwise the answer (:mod:`rsi_common.llm.sim_traits`): facts from ``key: value`` lines of
+2. Otherwise the answer (:mod:`rsi_common.llm.sim.traits`): facts from ``key: value`` lines of
    this turn's non-error tool results, else from the input; active traits (triggers in the system
    prompt, the turn context or the input) each dropped with probability ``noise``.
 3. With an output schema the reply is the facts as one JSON object ``{key: value}`` (values as in
@@ -22,8 +22,8 @@ import re
 from typing import Any
 
 from rsi_common.llm.base import canonical_json
-from rsi_common.llm.sim_core import SimCall, Turn, find_turn, result_text, text_reply
-from rsi_common.llm.sim_traits import (
+from rsi_common.llm.sim.core import SimCall, Turn, find_turn, result_text, text_reply
+from rsi_common.llm.sim.traits import (
     Answer,
     apply_traits,
     facts_from_input,
