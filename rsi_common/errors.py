@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 __all__ = [
+    "AccessDenied",
     "BrokerUnavailable",
     "CoordinationError",
     "CredentialError",
@@ -37,6 +38,7 @@ __all__ = [
     "PathEscapeError",
     "ReplayFailure",
     "RsiError",
+    "ServiceUnavailable",
     "SettingsError",
     "TamperError",
     "UnknownAgentError",
@@ -107,6 +109,11 @@ class UnknownAgentError(InvalidInput, KeyError):
         return str(self.args[0]) if self.args else "unknown agent"
 
 
+class AccessDenied(InvalidInput):  # noqa: N818 - named like the HTTP condition it carries
+    """The service refused the caller's token (401: missing, unknown or revoked; 403: a scope is
+    missing or the agent is outside the token's prefix). Never retried."""
+
+
 class UnknownVersionError(InvalidInput, KeyError):
     """No stored harness version with this id exists for the agent."""
 
@@ -134,6 +141,11 @@ class BrokerUnavailable(InfrastructureError):
     A host never sees it from ``RsiClient.record_turn``: the world stays stored and un-enqueued, and
     the sweeper hands it off later.
     """
+
+
+class ServiceUnavailable(InfrastructureError):
+    """The rsi-worker service could not be reached, or kept answering 429 / 5xx, after the client's
+    retries (``rsi_common.http_client``)."""
 
 
 class ModelError(RsiError):

@@ -227,7 +227,7 @@ def revoke_token(session: Session, token_id: str) -> TokenRow:
     if row is None:
         raise InvalidInput("token_id: no such token")
     if row.revoked_at is None:
-        row.revoked_at = db_now()  # type: ignore[assignment]  # a SQL expression, evaluated on flush
+        row.revoked_at = db_now()  # a SQL expression, evaluated on flush
         session.flush()
         session.refresh(row)
     return row

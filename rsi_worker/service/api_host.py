@@ -154,7 +154,7 @@ async def _changes(svc: ServiceState, hub: HarnessHub, p: Principal, agents: lis
         svc.metrics.streams.dec()
 
 
-_SSE_DOC = {200: {"content": {"text/event-stream": {}}, "description": "harness events"}}
+_SSE_DOC: dict[int | str, dict[str, Any]] = {200: {"content": {"text/event-stream": {}}, "description": "harness events"}}
 
 
 @router.get("/agents/{agent_id}/harness/events", response_class=StreamingResponse, responses=_SSE_DOC,

@@ -159,14 +159,16 @@ async def create_token(request: Request, p: Principal = ADMIN) -> dict[str, Any]
     known = {"name", "scopes", "agent_prefix", "rate_per_min"}
     if set(body) - known:
         raise InvalidInput(f"body: unknown key(s); known: {', '.join(sorted(known))}")
-    scopes = body.get("scopes")
+    scopes, name = body.get("scopes"), body.get("name")
+    if not isinstance(name, str):
+        raise InvalidInput("name: must be a string")
     if not isinstance(scopes, list):
         raise InvalidInput("scopes: must be a list of scopes")
     svc = state(request)
 
     def create() -> dict[str, Any]:
         with svc.sessions.begin() as s:
-            issued = db.create_token(s, body.get("name"), scopes, agent_prefix=body.get("agent_prefix"),
+            issued = db.create_token(s, name, scopes, agent_prefix=body.get("agent_prefix"),
                                      rate_per_min=body.get("rate_per_min"), created_by=p.name)
             return {**token_dict(issued.row), "token": issued.token}
 

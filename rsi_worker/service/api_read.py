@@ -42,7 +42,7 @@ def spend_today(svc: ServiceState, agent_ids: list[str]) -> dict[str, int]:
         values = svc.redis.mget([spend_key(day, a) for a in agent_ids])
     except Exception:  # the counters are a display: never fail a page for them
         return {}
-    return {a: int(v) if v is not None else 0 for a, v in zip(agent_ids, values, strict=True)}  # type: ignore[arg-type]
+    return {a: int(v) if v is not None else 0 for a, v in zip(agent_ids, values, strict=True)}
 
 
 @router.get("/agents", response_model=AgentsOut, summary="Agents (paged, filtered)")

@@ -45,7 +45,7 @@ class ServiceMetrics:
                 fam.add_metric([], registry._limit_errors)
                 return [fam]
 
-        r.register(_LimitErrors())  # type: ignore[arg-type]
+        r.register(_LimitErrors())
 
     def set_limit_errors(self, n: int) -> None:
         self._limit_errors = n

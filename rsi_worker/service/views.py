@@ -43,7 +43,7 @@ def _iso(value: datetime | None) -> str | None:
 def _running_ids(s: Session, ids: Sequence[str]) -> set[str]:
     rows = s.execute(sa.select(RunRow.agent_id).where(RunRow.agent_id.in_(ids), RunRow.status == "running")
                      .distinct()).scalars()
-    return set(rows)
+    return {str(r) for r in rows}
 
 
 def _pinned_ids(s: Session, ids: Sequence[str]) -> set[str]:
@@ -55,7 +55,7 @@ def _pinned_ids(s: Session, ids: Sequence[str]) -> set[str]:
               .group_by(AuditRow.agent_id).subquery())
     rows = s.execute(sa.select(AuditRow.agent_id).join(newest, AuditRow.id == newest.c.id)
                      .where(AuditRow.action == "pin")).scalars()
-    return set(rows)
+    return {str(r) for r in rows}
 
 
 def status_of(agent: AgentRow, running: bool, pinned: bool) -> str:

@@ -89,10 +89,10 @@ def token_chart(series: Sequence[dict[str, Any]]) -> str:
     top = max([r["tokens"] for r in series] + [1])
     ticks = (0.0, top / 2, float(top))
     out = _frame("Consolidation tokens per run", float(top), ticks, ",.0f", n, "runs")
-    span = W - PAD_L - PAD_R
-    bar = max(1.0, span / max(n, 1) * 0.7)
+    slot = (W - PAD_L - PAD_R) / max(n, 1)
+    bar = max(1.0, min(slot * 0.7, 40.0))
     for i, r in enumerate(series):
-        x = _x(i, n) - bar / 2
+        x = PAD_L + slot * i + (slot - bar) / 2
         y = _y(float(r["tokens"]), float(top))
         cls = "bar-tokens adopted" if r["adopted"] else "bar-tokens"
         out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{H - PAD_B - y:.1f}" class="{cls}">'

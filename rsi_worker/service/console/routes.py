@@ -56,7 +56,7 @@ def _when(v: Any) -> str:
         try:
             v = datetime.fromisoformat(v)
         except ValueError:
-            return v
+            return str(v)
     return str(v.strftime("%Y-%m-%d %H:%M:%S UTC"))
 
 
@@ -76,8 +76,8 @@ def mount_static(app: FastAPI) -> None:
     app.mount("/console/static", StaticFiles(directory=HERE / "static"), name="console-static")
 
 
-def _page(name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
-    return _html(_ENV.get_template(name).render(**ctx), status)
+def _page(name: str, http_status: int = 200, **ctx: Any) -> HTMLResponse:
+    return _html(str(_ENV.get_template(name).render(**ctx)), http_status)
 
 
 def _html(html: str, status: int = 200) -> HTMLResponse:
@@ -124,7 +124,7 @@ def _error_page(exc: Problem | InvalidInput, p: Principal | None, token: str | N
     status = exc.status if isinstance(exc, Problem) else (404 if isinstance(exc, UnknownAgentError) else 422)
     detail = exc.detail if isinstance(exc, Problem) else str(exc)
     ctx = _ctx(p, token) if p is not None and token else {}
-    return _page("error.html", status, status=status, title="refused" if status < 500 else "error",
+    return _page("error.html", http_status=status, status=status, title="refused" if status < 500 else "error",
                  detail=detail, **ctx)
 
 
@@ -164,7 +164,7 @@ async def login(request: Request) -> Response:
     form = await _form(request)
     expected = request.cookies.get(session.LOGIN_COOKIE)
     if not session.check_login(expected, form.get("csrf")):
-        return _page("error.html", 403, status=403, title="refused", principal=None,
+        return _page("error.html", http_status=403, status=403, title="refused", principal=None,
                      detail="the login form expired or came from another site; open the login page again")
     svc = state(request)
     token = form.get("token", "").strip()
@@ -172,13 +172,12 @@ async def login(request: Request) -> Response:
         p = await run_in_threadpool(svc.auth.verify, token)
         p.require("viewer")
     except Problem as exc:
-        response = _page("login.html", 401 if exc.status == 401 else 403, principal=None,
-                         error=f"login refused: {exc.detail}", login_csrf=expected)
-        return response
+        return _page("login.html", http_status=401 if exc.status == 401 else 403, principal=None,
+                     error=f"login refused: {exc.detail}", login_csrf=expected)
     nxt = request.query_params.get("next", "/console/")
-    response = RedirectResponse(nxt if nxt.startswith("/console/") else "/console/", status_code=303)
-    session.set_session(request, response, token)
-    return response
+    redirect = RedirectResponse(nxt if nxt.startswith("/console/") else "/console/", status_code=303)
+    session.set_session(request, redirect, token)
+    return redirect
 
 
 @router.post("/logout")
@@ -236,7 +235,7 @@ def render_agent(svc: ServiceState, p: Principal, token: str, agent_id: str, fla
     ctx = _ctx(p, token, agent=summary, series=series, runs=runs, versions=versions, timeline=timeline,
                lessons=lessons, audit=audit, spend=spend, more_runs=max(0, len(series) - len(runs)),
                score_svg=plots.score_chart(series), token_svg=plots.token_chart(series), flash=flash)
-    return _ENV.get_template("agent.html").render(**ctx)
+    return str(_ENV.get_template("agent.html").render(**ctx))
 
 
 @router.get("/agents/{agent_id}")
