@@ -8,9 +8,11 @@ input boundary, the same errors and the same "the turn never waits" hand-off as 
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
 from collections.abc import AsyncIterator
 from typing import Any
 
+import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
@@ -91,36 +93,58 @@ async def current_harness(agent_id: str, request: Request, response: Response, p
     return out
 
 
+RECENT_S = 60.0
+"""An adoption or an operator action this recent names the change an event reports."""
+_MOVES = ("rollback", "pin", "freeze", "unfreeze", "clone")
+
+
 def _agent_state(svc: ServiceState, agent_id: str) -> dict[str, Any]:
+    """The agent's harness state for events, and what most recently moved it (``_why``, internal)."""
     with svc.read() as s:
         row = s.get(db.AgentRow, agent_id)
         if row is None:
-            return {"agent_id": agent_id, "version": H0_VERSION, "frozen": False, "adopted_by": None}
-        version = row.current_version or H0_VERSION
-        adopted = None
+            return {"agent_id": agent_id, "version": H0_VERSION, "frozen": False, "adopted_by": None,
+                    "_why": None}
+        adopted, why = None, None
         if row.current_version:
-            h = s.query(db.HarnessRow.run_id).filter_by(agent_id=agent_id, version=row.current_version).first()
-            if h is not None and h.run_id:
-                run = s.get(db.RunRow, h.run_id)
-                adopted = h.run_id if run is not None and run.status == "adopted" else None
-        return {"agent_id": agent_id, "version": version, "frozen": row.frozen, "adopted_by": adopted}
+            h = s.execute(sa.select(db.HarnessRow.run_id).where(
+                db.HarnessRow.agent_id == agent_id, db.HarnessRow.version == row.current_version)).scalar()
+            run = s.get(db.RunRow, h) if h else None
+            if run is not None and run.status == "adopted":
+                adopted = run.id
+                why = ("adoption", run.finished_at)
+        move = s.execute(sa.select(db.AuditRow.action, db.AuditRow.at).where(
+            db.AuditRow.agent_id == agent_id, db.AuditRow.outcome == "ok", db.AuditRow.action.in_(_MOVES))
+            .order_by(db.AuditRow.id.desc()).limit(1)).first()
+        if move is not None and (why is None or why[1] is None or move.at >= why[1]):
+            why = (str(move.action), move.at)
+        recent = why is not None and why[1] is not None and (
+            datetime.now(UTC) - why[1]).total_seconds() <= RECENT_S
+        return {"agent_id": agent_id, "version": row.current_version or H0_VERSION, "frozen": row.frozen,
+                "adopted_by": adopted, "_why": why[0] if why is not None and recent else None}
 
 
 def classify(before: dict[str, Any] | None, now: dict[str, Any]) -> str | None:
-    """What changed between two states of an agent: ``adoption``, ``pin``, ``rollback``, ``freeze``,
-    ``unfreeze``; ``current`` for the first state a stream sends; ``None`` when nothing changed.
+    """What changed: ``adoption``, ``rollback``, ``pin``, ``freeze``, ``unfreeze``, ``clone``; ``None``
+    when the stream already sent this state.
 
-    A version move to the version a run adopted, without a freeze, is an ``adoption`` (a rollback
-    to an adopted version reads the same; its audit row tells them apart)."""
+    The newest recent cause wins — an adoption (its run's finish) or an operator action through the
+    service (the audit log). Without one (a CLI move, or an old cause) the difference decides:
+    version and freeze → ``pin``, version → ``rollback``, freeze flag → ``freeze``/``unfreeze``; a
+    stream that never saw the agent says ``change``."""
+    if before is not None and (before["version"], before["frozen"]) == (now["version"], now["frozen"]):
+        return None
+    if now.get("_why"):
+        return str(now["_why"])
     if before is None:
-        return "current"
+        return "change"
     if before["version"] != now["version"]:
-        if now["frozen"] and not before["frozen"]:
-            return "pin"
-        return "adoption" if now["adopted_by"] and not now["frozen"] else "rollback"
-    if before["frozen"] != now["frozen"]:
-        return "freeze" if now["frozen"] else "unfreeze"
-    return None
+        return "pin" if now["frozen"] and not before["frozen"] else "rollback"
+    return "freeze" if now["frozen"] else "unfreeze"
+
+
+def _public(state_: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in state_.items() if not k.startswith("_")}
 
 
 async def _changes(svc: ServiceState, hub: HarnessHub, p: Principal, agents: list[str] | None,
@@ -135,7 +159,7 @@ async def _changes(svc: ServiceState, hub: HarnessHub, p: Principal, agents: lis
         for agent in agents or []:
             now = await run_in_threadpool(_agent_state, svc, agent)
             sent[agent] = now
-            yield sse("harness", {**now, "change": "current"}, event_id=now["version"])
+            yield sse("harness", {**_public(now), "change": "current"}, event_id=now["version"])
         if agents is None:
             yield sse("ready", {"agent_prefix": p.agent_prefix})
         async for item in stream_items(hub, sub):
@@ -144,10 +168,10 @@ async def _changes(svc: ServiceState, hub: HarnessHub, p: Principal, agents: lis
                 continue
             for agent in (list(sent) if item == RESET else [item]):
                 now = await run_in_threadpool(_agent_state, svc, agent)
-                change = classify(sent[agent], now) if agent in sent else "change"
+                change = classify(sent.get(agent), now)
                 if change is not None:
                     sent[agent] = now
-                    yield sse("harness", {**now, "change": change}, event_id=now["version"])
+                    yield sse("harness", {**_public(now), "change": change}, event_id=now["version"])
             if item == RESET and agents is None:
                 yield sse("reset", {})
     finally:
@@ -161,7 +185,7 @@ _SSE_DOC: dict[int | str, dict[str, Any]] = {200: {"content": {"text/event-strea
             summary="Harness changes of one agent (server-sent events)")
 async def harness_events(agent_id: str, request: Request, p: Principal = HOST) -> StreamingResponse:
     """``event: harness`` with ``{agent_id, version, frozen, adopted_by, change}`` — first the current
-    state (``change: current``), then every adoption, rollback, pin, freeze or unfreeze."""
+    state (``change: current``), then every adoption, rollback, pin, freeze, unfreeze or clone."""
     agent_arg(p, agent_id)
     svc = state(request)
     return _stream(_changes(svc, svc.hub, p, [agent_id]))

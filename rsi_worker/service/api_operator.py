@@ -5,10 +5,12 @@ how it ended — in ``rsi_audit`` (docs/service/access.md, *Audit*)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Request
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from rsi_common import db
@@ -48,21 +50,47 @@ def _version(body: dict[str, Any]) -> str | None:
     return None if v in (None, "h0") else v
 
 
+def _moved(svc: ServiceState, p: Principal, action: str, agent_id: str, target: str | None,
+           change: Callable[[Session], db.AgentRow]) -> AgentInfo:
+    """Apply a version move and its ``ok`` audit row in one transaction, then publish the change
+    (the audit row is in SQL before any replica's event stream reads why the harness moved)."""
+    with svc.sessions.begin() as s:
+        info = AgentInfo.of(change(s))
+        db.add_audit(s, action=action, outcome="ok", token_id=p.token_id, token_name=p.name,
+                     agent_id=agent_id, target=target)
+    svc.client._changed(agent_id)  # the client's own invalidation + publish on rsi:harness
+    return info
+
+
 def move(svc: ServiceState, p: Principal, action: str, agent_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Run one audited operator action on the agent (``rollback``/``pin`` take ``{"version"}``)."""
-    c = svc.client
+    """Run one audited operator action on the agent (``rollback``/``pin`` take ``{"version"}``).
+
+    A refused action (invalid input, unknown version) is audited ``refused`` in a transaction of its own.
+    """
     if action in ("rollback", "pin"):
-        try:
-            version = _version(body)
-        except InvalidInput:
-            audited(svc, p, action, agent_id, None, lambda: _version(body))
-            raise
-        fn = c.rollback if action == "rollback" else c.pin
-        return _info(audited(svc, p, action, agent_id, version or "h0", lambda: fn(agent_id, version)))
+        version = audited(svc, p, action, agent_id, None, lambda: _version(body), ok_row=False)
+        checked = audited(svc, p, action, agent_id, version or "h0",
+                          lambda: _checked_version(version), ok_row=False)
+        fn = db.rollback_to if action == "rollback" else db.pin
+        return _info(audited(svc, p, action, agent_id, checked or "h0",
+                             lambda: _moved(svc, p, action, agent_id, checked or "h0",
+                                            lambda s: fn(s, agent_id, checked)), ok_row=False))
     if body:
-        raise InvalidInput(f"body: {action} takes no fields")
-    fn2 = c.freeze if action == "freeze" else c.unfreeze
-    return _info(audited(svc, p, action, agent_id, None, lambda: fn2(agent_id)))
+        audited(svc, p, action, agent_id, None, lambda: _no_body(action), ok_row=False)
+    fn2 = db.freeze if action == "freeze" else db.unfreeze
+    return _info(audited(svc, p, action, agent_id, None,
+                         lambda: _moved(svc, p, action, agent_id, None, lambda s: fn2(s, agent_id)),
+                         ok_row=False))
+
+
+def _no_body(action: str) -> None:
+    raise InvalidInput(f"body: {action} takes no fields")
+
+
+def _checked_version(version: str | None) -> str | None:
+    from rsi_common.boundary import MAX_HARNESS_VERSION_CHARS, check_label
+
+    return None if version is None else check_label(version, "version", max_chars=MAX_HARNESS_VERSION_CHARS)
 
 
 def _action(action: str) -> Any:
@@ -98,8 +126,10 @@ async def clone(agent_id: str, request: Request, p: Principal = OPERATOR) -> dic
         raise InvalidInput("body: give exactly {\"new_agent_id\": <agent id>}")
     agent_arg(p, target)
     svc = state(request)
-    info = await run_in_threadpool(audited, svc, p, "clone", agent_id, target,
-                                   lambda: svc.client.clone(agent_id, target))
+    info = await run_in_threadpool(
+        lambda: audited(svc, p, "clone", agent_id, target,
+                        lambda: _moved(svc, p, "clone", target, agent_id,
+                                       lambda s: db.clone_agent(s, agent_id, target)), ok_row=False))
     return _info(info)
 
 

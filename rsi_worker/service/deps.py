@@ -78,12 +78,12 @@ async def json_body(request: Request) -> dict[str, Any]:
 
 
 def audited(svc: ServiceState, principal: Principal, action: str, agent_id: str | None, target: str | None,
-            act: Callable[[], T]) -> T:
+            act: Callable[[], T], *, ok_row: bool = True) -> T:
     """Run an operator or admin action and append its audit row (``ok``, ``refused`` for invalid input,
     ``failed`` for anything else) in a transaction of its own, then return or re-raise.
 
-    The row is written after the action; a replica that dies between the two loses the row (the action
-    itself is in SQL and, for version moves, in the harness lineage)."""
+    The ``ok`` row is written after the action (a replica that dies between the two loses it); version
+    moves write theirs inside the action's own transaction and pass ``ok_row=False``."""
     try:
         result = act()
     except (InvalidInput, Problem) as exc:
@@ -92,7 +92,8 @@ def audited(svc: ServiceState, principal: Principal, action: str, agent_id: str 
     except Exception as exc:
         _audit(svc, principal, action, agent_id, target, "failed", dict(error_record(exc)))
         raise
-    _audit(svc, principal, action, agent_id, target, "ok", None)
+    if ok_row:
+        _audit(svc, principal, action, agent_id, target, "ok", None)
     return result
 
 

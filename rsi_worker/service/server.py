@@ -63,6 +63,7 @@ class LiveServer:
     """
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.app = app
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((host, port))
@@ -87,7 +88,10 @@ class LiveServer:
         return self
 
     def stop(self, timeout_s: float = 15.0) -> None:
-        """Ask uvicorn to exit and wait for the thread."""
+        """End the event streams, ask uvicorn to exit and wait for the thread."""
+        svc = getattr(getattr(self.app, "state", None), "svc", None)
+        if svc is not None:
+            svc.hub.stop()
         self.server.should_exit = True
         self._thread.join(timeout_s)
         self.sock.close()

@@ -115,8 +115,8 @@ def _summaries(s: Session, rows: Sequence[AgentRow]) -> list[dict[str, Any]]:
     if not ids:
         return []
     running, pinned = _running_ids(s, ids), _pinned_ids(s, ids)
-    adoptions = dict(s.execute(sa.select(RunRow.agent_id, sa.func.count()).where(
-        RunRow.agent_id.in_(ids), RunRow.status == "adopted").group_by(RunRow.agent_id)).tuples().all())
+    adoptions = {str(a): int(n) for a, n in s.execute(sa.select(RunRow.agent_id, sa.func.count()).where(
+        RunRow.agent_id.in_(ids), RunRow.status == "adopted").group_by(RunRow.agent_id))}
     ranked = (sa.select(RunRow.agent_id, RunRow.status, RunRow.reason, RunRow.finished_at,
                         sa.func.row_number().over(partition_by=RunRow.agent_id,
                                                   order_by=(RunRow.started_at.desc(), RunRow.id.desc()))
