@@ -153,10 +153,17 @@ def _guard(handler: Any) -> Any:
 @router.get("/login")
 async def login_page(request: Request) -> Response:
     value, new = session.login_value(request)
-    response = _page("login.html", login_csrf=value, principal=None)
+    response = _page("login.html", login_csrf=value, principal=None, next=_next(request))
     if new:
         session.set_login_cookie(request, response, value)
     return response
+
+
+def _next(request: Request) -> str:
+    """Where to go after login: a console path of this site only (never another origin)."""
+    nxt = request.query_params.get("next", "/console/")
+    ok = nxt.startswith("/console/") and "//" not in nxt and "\\" not in nxt and nxt.isprintable()
+    return nxt if ok else "/console/"
 
 
 @router.post("/login")
@@ -173,9 +180,8 @@ async def login(request: Request) -> Response:
         p.require("viewer")
     except Problem as exc:
         return _page("login.html", http_status=401 if exc.status == 401 else 403, principal=None,
-                     error=f"login refused: {exc.detail}", login_csrf=expected)
-    nxt = request.query_params.get("next", "/console/")
-    redirect = RedirectResponse(nxt if nxt.startswith("/console/") else "/console/", status_code=303)
+                     error=f"login refused: {exc.detail}", login_csrf=expected, next=_next(request))
+    redirect = RedirectResponse(_next(request), status_code=303)
     session.set_session(request, redirect, token)
     return redirect
 
