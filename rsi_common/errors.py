@@ -109,7 +109,7 @@ class UnknownAgentError(InvalidInput, KeyError):
         return str(self.args[0]) if self.args else "unknown agent"
 
 
-class AccessDenied(InvalidInput):  # noqa: N818 - named like the HTTP condition it carries
+class AccessDenied(InvalidInput):
     """The service refused the caller's token (401: missing, unknown or revoked; 403: a scope is
     missing or the agent is outside the token's prefix). Never retried."""
 

@@ -91,20 +91,35 @@ class RsiHttpClient:
         transport: an httpx transport (tests).
     """
 
-    def __init__(self, base_url: str, token: str, *, timeout_s: float = 10.0, retries: int = 3,
-                 backoff_s: float = 0.2, cache_ttl_s: float = 15.0, listen: bool = True,
-                 record_world: bool = True, model_retry: RetryPolicy | None = None,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout_s: float = 10.0,
+        retries: int = 3,
+        backoff_s: float = 0.2,
+        cache_ttl_s: float = 15.0,
+        listen: bool = True,
+        record_world: bool = True,
+        model_retry: RetryPolicy | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         if not isinstance(token, str) or not token:
             raise InvalidInput("token: give the service API token (scope host)")
         self.base_url = base_url.rstrip("/")
         self.retries, self.backoff_s = retries, backoff_s
         self.record_world, self.model_retry = record_world, model_retry
         headers = {"Authorization": f"Bearer {token}", "User-Agent": "rsi-http-client/1"}
-        self._http = httpx.Client(base_url=self.base_url, headers=headers, transport=transport,
-                                  timeout=httpx.Timeout(timeout_s))
-        self._stream_http = httpx.Client(base_url=self.base_url, headers=headers, transport=transport,
-                                         timeout=httpx.Timeout(timeout_s, read=STREAM_READ_TIMEOUT_S))
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=headers, transport=transport, timeout=httpx.Timeout(timeout_s)
+        )
+        self._stream_http = httpx.Client(
+            base_url=self.base_url,
+            headers=headers,
+            transport=transport,
+            timeout=httpx.Timeout(timeout_s, read=STREAM_READ_TIMEOUT_S),
+        )
         self._cache: HarnessCache[_Cached] = HarnessCache(cache_ttl_s)
         self._etags: dict[str, _Cached] = {}
         self._listen = listen
@@ -120,15 +135,16 @@ class RsiHttpClient:
 
     # --- requests --------------------------------------------------------------------------------
 
-    def _request(self, method: str, path: str, *, body: Any = None,
-                 headers: Mapping[str, str] | None = None) -> httpx.Response:
+    def _request(
+        self, method: str, path: str, *, body: Any = None, headers: Mapping[str, str] | None = None
+    ) -> httpx.Response:
         content = None if body is None else json.dumps(body, allow_nan=False, ensure_ascii=False).encode()
         hdrs = dict(headers or {})
         if content is not None:
             hdrs["Content-Type"] = "application/json"
         last = ""
         for attempt in range(self.retries + 1):
-            delay = self.backoff_s * (2 ** attempt)
+            delay = self.backoff_s * (2**attempt)
             try:
                 resp = self._http.request(method, path, content=content, headers=hdrs)
             except httpx.TransportError as exc:
@@ -142,8 +158,9 @@ class RsiHttpClient:
                     delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER_S))
             if attempt < self.retries:
                 time.sleep(delay)
-        raise ServiceUnavailable(f"{method} {path}: the service did not answer ({last}) "
-                                 f"after {self.retries} retries")
+        raise ServiceUnavailable(
+            f"{method} {path}: the service did not answer ({last}) after {self.retries} retries"
+        )
 
     @staticmethod
     def _checked(resp: httpx.Response) -> httpx.Response:
@@ -245,16 +262,18 @@ class RsiHttpClient:
     def _ensure_listener(self) -> None:
         with self._lock:
             if self._thread is None and not self._stop.is_set():
-                self._thread = threading.Thread(target=self._listen_loop, name="rsi-http-harness-events",
-                                                daemon=True)
+                self._thread = threading.Thread(
+                    target=self._listen_loop, name="rsi-http-harness-events", daemon=True
+                )
                 self._thread.start()
 
     def _listen_loop(self) -> None:
         delay = 0.05
         while not self._stop.is_set():
             try:
-                with self._stream_http.stream("GET", "/v1/harness/events",
-                                              headers={"Accept": "text/event-stream"}) as resp:
+                with self._stream_http.stream(
+                    "GET", "/v1/harness/events", headers={"Accept": "text/event-stream"}
+                ) as resp:
                     self._checked(resp)
                     self._response = resp
                     for event, data in _events(resp.iter_lines()):
@@ -287,8 +306,9 @@ class RsiHttpClient:
 
     # --- convenience -------------------------------------------------------------------------------
 
-    def run_turn(self, agent_id: str, plan: TurnPlan, model_client: ModelClient, *,
-                 seed: int | None = None) -> TurnResult:
+    def run_turn(
+        self, agent_id: str, plan: TurnPlan, model_client: ModelClient, *, seed: int | None = None
+    ) -> TurnResult:
         """Resolve the harness, run one kernel turn here with it, record the turn over HTTP.
 
         Like ``RsiClient.run_turn``: the harness is resolved once and used for the whole turn, and
@@ -309,8 +329,15 @@ class RsiHttpClient:
         if not plan.agent_id:
             plan = dataclasses.replace(plan, agent_id=agent_id)
         harness, label, _ = self._resolve(agent_id)
-        result = run_turn(plan, harness, model_client, record_world=self.record_world, seed=seed,
-                          retry=self.model_retry, lineage=label)
+        result = run_turn(
+            plan,
+            harness,
+            model_client,
+            record_world=self.record_world,
+            seed=seed,
+            retry=self.model_retry,
+            lineage=label,
+        )
         try:
             self.record_turn(agent_id, result)
         except Exception as exc:  # the host keeps its answer whatever recording does

@@ -161,8 +161,15 @@ def expand_scopes(scopes: Iterable[str]) -> frozenset[str]:
     return frozenset(x for s in scopes for x in _IMPLIES.get(s, ()))
 
 
-def create_token(session: Session, name: str, scopes: Sequence[str], *, agent_prefix: str | None = None,
-                 rate_per_min: int | None = None, created_by: str | None = None) -> IssuedToken:
+def create_token(
+    session: Session,
+    name: str,
+    scopes: Sequence[str],
+    *,
+    agent_prefix: str | None = None,
+    rate_per_min: int | None = None,
+    created_by: str | None = None,
+) -> IssuedToken:
     """Create a token; the returned :class:`IssuedToken` holds the only copy of the secret.
 
     Raises:
@@ -176,14 +183,22 @@ def create_token(session: Session, name: str, scopes: Sequence[str], *, agent_pr
     if agent_prefix is not None:
         check_id(agent_prefix, "agent_prefix")
         if "admin" in granted:
-            raise InvalidInput("agent_prefix: an admin token manages every token and cannot be "
-                               "restricted to a prefix")
+            raise InvalidInput(
+                "agent_prefix: an admin token manages every token and cannot be restricted to a prefix"
+            )
     if rate_per_min is not None:
         check_int(rate_per_min, "rate_per_min", lo=1, hi=MAX_RATE_PER_MIN)
     token_id = "t" + secrets.token_hex(8)
     token = f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
-    row = TokenRow(id=token_id, name=name, token_hash=hash_token(token), scopes=",".join(granted),
-                   agent_prefix=agent_prefix, rate_per_min=rate_per_min, created_by=created_by)
+    row = TokenRow(
+        id=token_id,
+        name=name,
+        token_hash=hash_token(token),
+        scopes=",".join(granted),
+        agent_prefix=agent_prefix,
+        rate_per_min=rate_per_min,
+        created_by=created_by,
+    )
     session.add(row)
     session.flush()
     session.refresh(row)
@@ -204,8 +219,12 @@ def find_token(session: Session, token: str) -> TokenRow | None:
 
 def touch_token(session: Session, token_id: str) -> None:
     """Set the token's ``last_used_at`` to the database clock."""
-    session.execute(sa.update(TokenRow).where(TokenRow.id == token_id).values(last_used_at=db_now())
-                    .execution_options(synchronize_session=False))
+    session.execute(
+        sa.update(TokenRow)
+        .where(TokenRow.id == token_id)
+        .values(last_used_at=db_now())
+        .execution_options(synchronize_session=False)
+    )
 
 
 def list_tokens(session: Session, *, include_revoked: bool = False) -> list[TokenRow]:
@@ -233,22 +252,42 @@ def revoke_token(session: Session, token_id: str) -> TokenRow:
     return row
 
 
-def add_audit(session: Session, *, action: str, outcome: str, token_id: str | None = None,
-              token_name: str | None = None, agent_id: str | None = None, target: str | None = None,
-              detail: dict[str, Any] | None = None) -> AuditRow:
+def add_audit(
+    session: Session,
+    *,
+    action: str,
+    outcome: str,
+    token_id: str | None = None,
+    token_name: str | None = None,
+    agent_id: str | None = None,
+    target: str | None = None,
+    detail: dict[str, Any] | None = None,
+) -> AuditRow:
     """Append one audit row (the caller's transaction; see :mod:`rsi_worker.service.audit`)."""
     if outcome not in AUDIT_OUTCOMES:
         raise ValueError(f"outcome must be one of {AUDIT_OUTCOMES}")
-    row = AuditRow(action=action[:32], outcome=outcome, token_id=token_id, token_name=token_name,
-                   agent_id=agent_id[:255] if agent_id else None, target=target[:300] if target else None,
-                   detail=detail)
+    row = AuditRow(
+        action=action[:32],
+        outcome=outcome,
+        token_id=token_id,
+        token_name=token_name,
+        agent_id=agent_id[:255] if agent_id else None,
+        target=target[:300] if target else None,
+        detail=detail,
+    )
     session.add(row)
     session.flush()
     return row
 
 
-def audit_log(session: Session, *, agent_id: str | None = None, agent_prefix: str | None = None,
-              limit: int = 100, before_id: int | None = None) -> list[AuditRow]:
+def audit_log(
+    session: Session,
+    *,
+    agent_id: str | None = None,
+    agent_prefix: str | None = None,
+    limit: int = 100,
+    before_id: int | None = None,
+) -> list[AuditRow]:
     """Audit rows, newest first: of one agent, or of agents under a prefix, or all.
 
     Args:

@@ -71,8 +71,12 @@ def _service(settings: Settings, home: Path) -> Iterator[str]:
     env.update(settings.to_env())
     env.update(RSI_API_RATE_PER_MIN="0")
     log = open(home / "serve.log", "ab")  # noqa: SIM115 - owned by the child
-    proc = subprocess.Popen([sys.executable, "-m", "rsi_worker.cli", "serve", "--port", str(port),
-                             "--log-level", "warning"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rsi_worker.cli", "serve", "--port", str(port), "--log-level", "warning"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     log.close()
     url = f"http://127.0.0.1:{port}"
     try:
@@ -96,14 +100,36 @@ def _service(settings: Settings, home: Path) -> Iterator[str]:
 
 def _round_result(i: int, adopted: bool) -> dict[str, Any]:
     s = round(0.3 + 0.4 * ((i * 37) % 100) / 100, 4)
-    cands = [{"variant": v, "outcome": "ACCEPTED" if adopted and v == "A" else "LOST", "S": min(1.0, s + d),
-              "delta_S": d, "delta_C": 0.2, "reason": "bench", "reason_code": "admissible",
-              "components": ["prompt"], "early_stopped": False} for v, d in (("A", 0.1), ("B", -0.05))]
-    return {"status": "adopted" if adopted else "recorded", "reason": "bench",
-            "round": {"t": i, "b_t": 2, "sigma": 0, "delta": 0.12, "S_star": s, "worlds": ["w_1"],
-                      "incumbent": {"S": s, "C": 300.0, "sources": {"replay": 16}}, "candidates": cands},
-            "usage": {}, "spend": {"tokens": 50_000 + (i % 7) * 1000, "role_tokens": 40_000,
-                                   "replay_tokens": 10_000}}
+    cands = [
+        {
+            "variant": v,
+            "outcome": "ACCEPTED" if adopted and v == "A" else "LOST",
+            "S": min(1.0, s + d),
+            "delta_S": d,
+            "delta_C": 0.2,
+            "reason": "bench",
+            "reason_code": "admissible",
+            "components": ["prompt"],
+            "early_stopped": False,
+        }
+        for v, d in (("A", 0.1), ("B", -0.05))
+    ]
+    return {
+        "status": "adopted" if adopted else "recorded",
+        "reason": "bench",
+        "round": {
+            "t": i,
+            "b_t": 2,
+            "sigma": 0,
+            "delta": 0.12,
+            "S_star": s,
+            "worlds": ["w_1"],
+            "incumbent": {"S": s, "C": 300.0, "sources": {"replay": 16}},
+            "candidates": cands,
+        },
+        "usage": {},
+        "spend": {"tokens": 50_000 + (i % 7) * 1000, "role_tokens": 40_000, "replay_tokens": 10_000},
+    }
 
 
 def _seed_runs(sessions: Any, agent: str, n: int) -> None:
@@ -115,7 +141,7 @@ def _seed_runs(sessions: Any, agent: str, n: int) -> None:
             run.status = "adopted" if adopted else "recorded"
             run.reason = "bench"
             run.result = _round_result(i, adopted)
-            run.finished_at = db.db_now()  # type: ignore[assignment]
+            run.finished_at = db.db_now()
         s.flush()
 
 
@@ -130,15 +156,23 @@ def _render(url: str, cookie: str, agent: str, n: int = 20) -> dict[str, Any]:
             r.raise_for_status()
             server_ms.append(float(r.headers["server-timing"].split("dur=")[1]))
         points = r.text.count('class="pt pt-incumbent"')
-    return {"render_p50_ms": round(sorted(server_ms)[len(server_ms) // 2], 1), "render_max_ms": round(max(server_ms), 1),
-            "request_p50_ms": round(sorted(wall_ms)[len(wall_ms) // 2], 1), "plot_points": points}
+    return {
+        "render_p50_ms": round(sorted(server_ms)[len(server_ms) // 2], 1),
+        "render_max_ms": round(max(server_ms), 1),
+        "request_p50_ms": round(sorted(wall_ms)[len(wall_ms) // 2], 1),
+        "plot_points": points,
+    }
 
 
-def _events(url: str, host: str, operator: str, agent: str, versions: list[str], n: int = 20) -> dict[str, Any]:
+def _events(
+    url: str, host: str, operator: str, agent: str, versions: list[str], n: int = 20
+) -> dict[str, Any]:
     got = threading.Event()
     lat: list[float] = []
-    with RsiHttpClient(url, host, backoff_s=0) as client, httpx.Client(
-            base_url=url, headers={"Authorization": f"Bearer {operator}"}, timeout=30) as op:
+    with (
+        RsiHttpClient(url, host, backoff_s=0) as client,
+        httpx.Client(base_url=url, headers={"Authorization": f"Bearer {operator}"}, timeout=30) as op,
+    ):
         client.on_change = lambda e: got.set()
         if not client.start_listener(10):
             raise RuntimeError("the event stream did not connect")
@@ -151,15 +185,21 @@ def _events(url: str, host: str, operator: str, agent: str, versions: list[str],
     return {"events": len(lat), **{f"event_{k}": v for k, v in _stats_ms(lat).items() if k != "n"}}
 
 
-def bench_api(n_turns: int = 2000, clients: int = 8, n_agents: int = 50, n_runs: int = 1000) -> dict[str, Any]:
+def bench_api(
+    n_turns: int = 2000, clients: int = 8, n_agents: int = 50, n_runs: int = 1000
+) -> dict[str, Any]:
     """Run the three measurements (module docstring) on private servers; returns the report."""
     template = [w.data for w in generate_worlds(6)]
     with tempfile.TemporaryDirectory(prefix="rsi-bench-api-") as tmp_:
         tmp = Path(tmp_)
         redis = RedisServer(tmp / "redis").start()
         try:
-            settings = Settings(database_url=f"sqlite:///{tmp / 'bench.db'}", redis_url=redis.url,
-                                home=tmp, run_retention=max(200, n_runs + 10))
+            settings = Settings(
+                database_url=f"sqlite:///{tmp / 'bench.db'}",
+                redis_url=redis.url,
+                home=tmp,
+                run_retention=max(200, n_runs + 10),
+            )
             engine = db.make_engine(settings.database_url)
             db.upgrade(engine)
             sessions = db.session_factory(engine)
@@ -175,7 +215,9 @@ def bench_api(n_turns: int = 2000, clients: int = 8, n_agents: int = 50, n_runs:
             with _service(settings, tmp) as url:
                 with RsiHttpClient(url, host, backoff_s=0, listen=False, timeout_s=30) as http:
                     _record(http, _turns(50, 5, prefix + "-warm-http", template), clients)
-                    http_lat, http_s = _record(http, _turns(n_turns, n_agents, prefix + "-http", template), clients)
+                    http_lat, http_s = _record(
+                        http, _turns(n_turns, n_agents, prefix + "-http", template), clients
+                    )
                 page = _render(url, viewer, f"{prefix}-page")
                 events = _events(url, host, viewer, f"{prefix}-ev", versions)
             engine.dispose()
@@ -184,22 +226,36 @@ def bench_api(n_turns: int = 2000, clients: int = 8, n_agents: int = 50, n_runs:
     lib_stats, http_stats = _stats_ms(lib_lat), _stats_ms(http_lat)
     ratio = round(http_stats["p99_ms"] / lib_stats["p99_ms"], 2) if lib_stats["p99_ms"] else None
     report: dict[str, Any] = {
-        "turns": n_turns, "clients": clients, "agents": n_agents, "backend": "sqlite",
+        "turns": n_turns,
+        "clients": clients,
+        "agents": n_agents,
+        "backend": "sqlite",
         "in_process": {**lib_stats, "turns_per_s": round(n_turns / lib_s, 1)},
         "http": {**http_stats, "turns_per_s": round(n_turns / http_s, 1)},
-        "p99_ratio": ratio, "console": {"runs": n_runs, **page}, "harness_events": events,
+        "p99_ratio": ratio,
+        "console": {"runs": n_runs, **page},
+        "harness_events": events,
     }
     report["summary"] = [
         ("in-process record_turn p50 / p99 (ms)", f"{lib_stats['p50_ms']} / {lib_stats['p99_ms']}", ""),
         ("HTTP record_turn p50 / p99 (ms)", f"{http_stats['p50_ms']} / {http_stats['p99_ms']}", ""),
         ("HTTP p99 / in-process p99", ratio, f"≤ {P99_RATIO_TARGET}"),
-        ("throughput in-process / HTTP (turns/s)",
-         f"{report['in_process']['turns_per_s']} / {report['http']['turns_per_s']}", ""),
-        (f"console agent page, {n_runs} runs: server render p50 / max (ms)",
-         f"{page['render_p50_ms']} / {page['render_max_ms']}", f"< {RENDER_TARGET_MS:.0f}"),
+        (
+            "throughput in-process / HTTP (turns/s)",
+            f"{report['in_process']['turns_per_s']} / {report['http']['turns_per_s']}",
+            "",
+        ),
+        (
+            f"console agent page, {n_runs} runs: server render p50 / max (ms)",
+            f"{page['render_p50_ms']} / {page['render_max_ms']}",
+            f"< {RENDER_TARGET_MS:.0f}",
+        ),
         ("console agent page: whole request p50 (ms)", page["request_p50_ms"], ""),
-        ("harness event to a remote client p50 / p99 (ms)",
-         f"{events.get('event_p50_ms')} / {events.get('event_p99_ms')}", f"< {EVENT_TARGET_MS:.0f}"),
+        (
+            "harness event to a remote client p50 / p99 (ms)",
+            f"{events.get('event_p50_ms')} / {events.get('event_p99_ms')}",
+            f"< {EVENT_TARGET_MS:.0f}",
+        ),
     ]
     return report
 

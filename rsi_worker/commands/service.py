@@ -11,6 +11,7 @@ __all__ = ["register", "serve_cmd", "tokens"]
 
 tokens = typer.Typer(no_args_is_help=True, help="API tokens of the service (stored only as hashes).")
 JSON_OPT = typer.Option(False, "--json", help="Print the result as JSON (for scripts).")
+SCOPE_OPT = typer.Option(..., "--scope", help="host, viewer, operator or admin (repeatable).")
 
 
 def register(app: typer.Typer) -> None:
@@ -25,7 +26,9 @@ def register(app: typer.Typer) -> None:
 def serve_cmd(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 in a container)."),
     port: int = typer.Option(8080, "--port", min=1, max=65535, help="TCP port."),
-    workers: int = typer.Option(1, "--workers", min=1, help="uvicorn worker processes (one per pod is usual)."),
+    workers: int = typer.Option(
+        1, "--workers", min=1, help="uvicorn worker processes (one per pod is usual)."
+    ),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
 ) -> None:
     """Serve the /v1 API and the web console (needs RSI_REDIS_URL and a current schema)."""
@@ -41,16 +44,20 @@ def serve_cmd(
         check_schema(engine)
     finally:
         engine.dispose()
-    typer.echo(f"rsi serve: http://{host}:{port}/console/ (API under /v1; health /healthz, /readyz)", err=True)
+    typer.echo(
+        f"rsi serve: http://{host}:{port}/console/ (API under /v1; health /healthz, /readyz)", err=True
+    )
     serve(settings, host=host, port=port, workers=workers, log_level=log_level)
 
 
 @tokens.command("create")
 def create_cmd(
     name: str = typer.Option(..., "--name", help="Who or what holds the token (shown in the audit log)."),
-    scope: list[str] = typer.Option(..., "--scope", help="host, viewer, operator or admin (repeatable)."),
+    scope: list[str] = SCOPE_OPT,
     agent_prefix: str | None = typer.Option(None, "--agent-prefix", help="Only agents whose id starts so."),
-    rate: int | None = typer.Option(None, "--rate", min=1, help="Requests per minute (default RSI_API_RATE_PER_MIN)."),
+    rate: int | None = typer.Option(
+        None, "--rate", min=1, help="Requests per minute (default RSI_API_RATE_PER_MIN)."
+    ),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Create a token and print it once (it is stored only as a hash)."""
@@ -62,9 +69,12 @@ def create_cmd(
         echo_json(out)
         return
     typer.echo(out["token"])
-    typer.echo(f"token {out['id']} ({', '.join(out['scopes'])}"
-               f"{', agents ' + out['agent_prefix'] + '*' if out['agent_prefix'] else ''}): "
-               "shown once, store it now", err=True)
+    typer.echo(
+        f"token {out['id']} ({', '.join(out['scopes'])}"
+        f"{', agents ' + out['agent_prefix'] + '*' if out['agent_prefix'] else ''}): "
+        "shown once, store it now",
+        err=True,
+    )
 
 
 @tokens.command("list")
@@ -85,14 +95,23 @@ def list_cmd(
 
     table = Table("id", "name", "scopes", "agent prefix", "rate/min", "created", "last used", "revoked")
     for r in rows:
-        table.add_row(r["id"], r["name"], ",".join(r["scopes"]), r["agent_prefix"] or "",
-                      str(r["rate_per_min"] or ""), (r["created_at"] or "")[:19], (r["last_used_at"] or "")[:19],
-                      (r["revoked_at"] or "")[:19])
+        table.add_row(
+            r["id"],
+            r["name"],
+            ",".join(r["scopes"]),
+            r["agent_prefix"] or "",
+            str(r["rate_per_min"] or ""),
+            (r["created_at"] or "")[:19],
+            (r["last_used_at"] or "")[:19],
+            (r["revoked_at"] or "")[:19],
+        )
     Console().print(table)
 
 
 @tokens.command("revoke")
-def revoke_cmd(token_id: str = typer.Argument(..., help="The token's id (t…)."), as_json: bool = JSON_OPT) -> None:
+def revoke_cmd(
+    token_id: str = typer.Argument(..., help="The token's id (t…)."), as_json: bool = JSON_OPT
+) -> None:
     """Revoke a token (every replica refuses it within 5 s)."""
     from rsi_worker.service.tokens_cli import revoke_token
 
@@ -131,5 +150,3 @@ def bench_api_cmd(
     for metric, value, target in report["summary"]:
         table.add_row(metric, str(value), target)
     Console().print(table)
-
-

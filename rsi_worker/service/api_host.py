@@ -8,8 +8,8 @@ input boundary, the same errors and the same "the turn never waits" hand-off as 
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,20 +30,54 @@ __all__ = ["harness_state", "router"]
 router = APIRouter(prefix="/v1", tags=["host"])
 HOST = Depends(need("host"))
 
-_TURN_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
-    "type": "object", "additionalProperties": False,
-    "properties": {"world": {"type": "object", "description": "the captured rsi-world/1 record"},
-                   "trajectory": {"type": "object"}, "signals": {"type": "object"},
-                   "own_loop": {"type": "boolean"}, "io_id": {"type": "string"}}}}}}}
-_SIGNALS_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
-    "type": "object", "additionalProperties": False,
-    "properties": {"expected": {"type": "string"}, "stars": {"type": ["integer", "null"]},
-                   "issue": {"type": "string"}, "comment": {"type": "string"},
-                   "criteria": {"type": "array", "items": {"type": "string"}}}}}}}}
+_TURN_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "world": {"type": "object", "description": "the captured rsi-world/1 record"},
+                        "trajectory": {"type": "object"},
+                        "signals": {"type": "object"},
+                        "own_loop": {"type": "boolean"},
+                        "io_id": {"type": "string"},
+                    },
+                }
+            }
+        },
+    }
+}
+_SIGNALS_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "expected": {"type": "string"},
+                        "stars": {"type": ["integer", "null"]},
+                        "issue": {"type": "string"},
+                        "comment": {"type": "string"},
+                        "criteria": {"type": "array", "items": {"type": "string"}},
+                    },
+                }
+            }
+        },
+    }
+}
 
 
-@router.post("/agents/{agent_id}/turns", response_model=RecordedTurnOut, openapi_extra=_TURN_BODY,
-             summary="Record a finished turn")
+@router.post(
+    "/agents/{agent_id}/turns",
+    response_model=RecordedTurnOut,
+    openapi_extra=_TURN_BODY,
+    summary="Record a finished turn",
+)
 async def record_turn(agent_id: str, request: Request, p: Principal = HOST) -> dict[str, Any]:
     """Store the turn (``{world, trajectory, signals, own_loop, io_id}``, as ``RsiClient.record_turn``)
     and trigger the agent's consolidation; never waits for it. Recording the same ``io_id`` again
@@ -55,8 +89,12 @@ async def record_turn(agent_id: str, request: Request, p: Principal = HOST) -> d
     return dataclasses.asdict(recorded)
 
 
-@router.post("/agents/{agent_id}/turns/{io_id}/signals", response_model=RecordedTurnOut,
-             openapi_extra=_SIGNALS_BODY, summary="Record signals of a stored turn")
+@router.post(
+    "/agents/{agent_id}/turns/{io_id}/signals",
+    response_model=RecordedTurnOut,
+    openapi_extra=_SIGNALS_BODY,
+    summary="Record signals of a stored turn",
+)
 async def record_signals(agent_id: str, io_id: str, request: Request, p: Principal = HOST) -> dict[str, Any]:
     """Merge explicit signals into the stored turn and trigger like a recorded turn."""
     agent_arg(p, agent_id)
@@ -77,8 +115,12 @@ def _etag(version: str) -> str:
     return f'"{version}"'
 
 
-@router.get("/agents/{agent_id}/harness", response_model=HarnessOut, summary="The current harness",
-            responses={304: {"description": "unchanged since the ETag in If-None-Match"}})
+@router.get(
+    "/agents/{agent_id}/harness",
+    response_model=HarnessOut,
+    summary="The current harness",
+    responses={304: {"description": "unchanged since the ETag in If-None-Match"}},
+)
 async def current_harness(agent_id: str, request: Request, response: Response, p: Principal = HOST) -> Any:
     """The harness of the agent's next turn (H0 for an agent never seen). ``ETag`` is its version;
     send it back in ``If-None-Match`` to get 304 while it is unchanged."""
@@ -103,25 +145,46 @@ def _agent_state(svc: ServiceState, agent_id: str) -> dict[str, Any]:
     with svc.read() as s:
         row = s.get(db.AgentRow, agent_id)
         if row is None:
-            return {"agent_id": agent_id, "version": H0_VERSION, "frozen": False, "adopted_by": None,
-                    "_why": None}
+            return {
+                "agent_id": agent_id,
+                "version": H0_VERSION,
+                "frozen": False,
+                "adopted_by": None,
+                "_why": None,
+            }
         adopted, why = None, None
         if row.current_version:
-            h = s.execute(sa.select(db.HarnessRow.run_id).where(
-                db.HarnessRow.agent_id == agent_id, db.HarnessRow.version == row.current_version)).scalar()
+            h = s.execute(
+                sa.select(db.HarnessRow.run_id).where(
+                    db.HarnessRow.agent_id == agent_id, db.HarnessRow.version == row.current_version
+                )
+            ).scalar()
             run = s.get(db.RunRow, h) if h else None
             if run is not None and run.status == "adopted":
                 adopted = run.id
                 why = ("adoption", run.finished_at)
-        move = s.execute(sa.select(db.AuditRow.action, db.AuditRow.at).where(
-            db.AuditRow.agent_id == agent_id, db.AuditRow.outcome == "ok", db.AuditRow.action.in_(_MOVES))
-            .order_by(db.AuditRow.id.desc()).limit(1)).first()
+        move = s.execute(
+            sa.select(db.AuditRow.action, db.AuditRow.at)
+            .where(
+                db.AuditRow.agent_id == agent_id, db.AuditRow.outcome == "ok", db.AuditRow.action.in_(_MOVES)
+            )
+            .order_by(db.AuditRow.id.desc())
+            .limit(1)
+        ).first()
         if move is not None and (why is None or why[1] is None or move.at >= why[1]):
             why = (str(move.action), move.at)
-        recent = why is not None and why[1] is not None and (
-            datetime.now(UTC) - why[1]).total_seconds() <= RECENT_S
-        return {"agent_id": agent_id, "version": row.current_version or H0_VERSION, "frozen": row.frozen,
-                "adopted_by": adopted, "_why": why[0] if why is not None and recent else None}
+        recent = (
+            why is not None
+            and why[1] is not None
+            and (datetime.now(UTC) - why[1]).total_seconds() <= RECENT_S
+        )
+        return {
+            "agent_id": agent_id,
+            "version": row.current_version or H0_VERSION,
+            "frozen": row.frozen,
+            "adopted_by": adopted,
+            "_why": why[0] if why is not None and recent else None,
+        }
 
 
 def classify(before: dict[str, Any] | None, now: dict[str, Any]) -> str | None:
@@ -147,8 +210,12 @@ def _public(state_: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in state_.items() if not k.startswith("_")}
 
 
-async def _changes(svc: ServiceState, hub: HarnessHub, p: Principal, agents: list[str] | None,
-                   ) -> AsyncIterator[bytes]:
+async def _changes(
+    svc: ServiceState,
+    hub: HarnessHub,
+    p: Principal,
+    agents: list[str] | None,
+) -> AsyncIterator[bytes]:
     """The event stream (docs/service/api.md): current state first, then one event per change."""
     wanted = set(agents) if agents is not None else None
     sub = hub.subscribe(lambda a: p.sees(a) and (wanted is None or a in wanted))
@@ -166,7 +233,7 @@ async def _changes(svc: ServiceState, hub: HarnessHub, p: Principal, agents: lis
             if item is None:
                 yield b": keep-alive\n\n"
                 continue
-            for agent in (list(sent) if item == RESET else [item]):
+            for agent in list(sent) if item == RESET else [item]:
                 now = await run_in_threadpool(_agent_state, svc, agent)
                 change = classify(sent.get(agent), now)
                 if change is not None:
@@ -178,11 +245,17 @@ async def _changes(svc: ServiceState, hub: HarnessHub, p: Principal, agents: lis
         svc.metrics.streams.dec()
 
 
-_SSE_DOC: dict[int | str, dict[str, Any]] = {200: {"content": {"text/event-stream": {}}, "description": "harness events"}}
+_SSE_DOC: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": "harness events"}
+}
 
 
-@router.get("/agents/{agent_id}/harness/events", response_class=StreamingResponse, responses=_SSE_DOC,
-            summary="Harness changes of one agent (server-sent events)")
+@router.get(
+    "/agents/{agent_id}/harness/events",
+    response_class=StreamingResponse,
+    responses=_SSE_DOC,
+    summary="Harness changes of one agent (server-sent events)",
+)
 async def harness_events(agent_id: str, request: Request, p: Principal = HOST) -> StreamingResponse:
     """``event: harness`` with ``{agent_id, version, frozen, adopted_by, change}`` — first the current
     state (``change: current``), then every adoption, rollback, pin, freeze, unfreeze or clone."""
@@ -191,8 +264,12 @@ async def harness_events(agent_id: str, request: Request, p: Principal = HOST) -
     return _stream(_changes(svc, svc.hub, p, [agent_id]))
 
 
-@router.get("/harness/events", response_class=StreamingResponse, responses=_SSE_DOC,
-            summary="Harness changes of every agent the token sees (server-sent events)")
+@router.get(
+    "/harness/events",
+    response_class=StreamingResponse,
+    responses=_SSE_DOC,
+    summary="Harness changes of every agent the token sees (server-sent events)",
+)
 async def all_harness_events(request: Request, p: Principal = HOST) -> StreamingResponse:
     """One stream for a host with many agents: ``event: ready`` once, then ``event: harness`` for every
     change of an agent inside the token's prefix (``change: change`` the first time an agent is
@@ -203,5 +280,6 @@ async def all_harness_events(request: Request, p: Principal = HOST) -> Streaming
 
 
 def _stream(body: AsyncIterator[bytes]) -> StreamingResponse:
-    return StreamingResponse(body, media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        body, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )

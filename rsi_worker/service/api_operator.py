@@ -29,10 +29,25 @@ __all__ = ["consolidate_now", "move", "router", "token_dict"]
 router = APIRouter(prefix="/v1", tags=["operator"])
 OPERATOR = Depends(need("operator"))
 ADMIN = Depends(need("admin"))
-_VERSION_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
-    "type": "object", "properties": {"version": {"type": ["string", "null"],
-                                                 "description": "a stored version id, or h0 / null"}},
-    "required": ["version"]}}}}}
+_VERSION_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "version": {
+                            "type": ["string", "null"],
+                            "description": "a stored version id, or h0 / null",
+                        }
+                    },
+                    "required": ["version"],
+                }
+            }
+        },
+    }
+}
 
 
 def _info(info: AgentInfo) -> dict[str, Any]:
@@ -43,21 +58,34 @@ def _version(body: dict[str, Any]) -> str | None:
     if set(body) - {"version"}:
         raise InvalidInput("body: unknown key(s); known: version")
     if "version" not in body:
-        raise InvalidInput("version: required (a stored version id, or \"h0\" / null for H0)")
+        raise InvalidInput('version: required (a stored version id, or "h0" / null for H0)')
     v = body["version"]
     if v is not None and not isinstance(v, str):
         raise InvalidInput(f"version: must be a string or null, got {type(v).__name__}")
     return None if v in (None, "h0") else v
 
 
-def _moved(svc: ServiceState, p: Principal, action: str, agent_id: str, target: str | None,
-           change: Callable[[Session], db.AgentRow]) -> AgentInfo:
+def _moved(
+    svc: ServiceState,
+    p: Principal,
+    action: str,
+    agent_id: str,
+    target: str | None,
+    change: Callable[[Session], db.AgentRow],
+) -> AgentInfo:
     """Apply a version move and its ``ok`` audit row in one transaction, then publish the change
     (the audit row is in SQL before any replica's event stream reads why the harness moved)."""
     with svc.sessions.begin() as s:
         info = AgentInfo.of(change(s))
-        db.add_audit(s, action=action, outcome="ok", token_id=p.token_id, token_name=p.name,
-                     agent_id=agent_id, target=target)
+        db.add_audit(
+            s,
+            action=action,
+            outcome="ok",
+            token_id=p.token_id,
+            token_name=p.name,
+            agent_id=agent_id,
+            target=target,
+        )
     svc.client._changed(agent_id)  # the client's own invalidation + publish on rsi:harness
     return info
 
@@ -69,18 +97,35 @@ def move(svc: ServiceState, p: Principal, action: str, agent_id: str, body: dict
     """
     if action in ("rollback", "pin"):
         version = audited(svc, p, action, agent_id, None, lambda: _version(body), ok_row=False)
-        checked = audited(svc, p, action, agent_id, version or "h0",
-                          lambda: _checked_version(version), ok_row=False)
+        checked = audited(
+            svc, p, action, agent_id, version or "h0", lambda: _checked_version(version), ok_row=False
+        )
         fn = db.rollback_to if action == "rollback" else db.pin
-        return _info(audited(svc, p, action, agent_id, checked or "h0",
-                             lambda: _moved(svc, p, action, agent_id, checked or "h0",
-                                            lambda s: fn(s, agent_id, checked)), ok_row=False))
+        return _info(
+            audited(
+                svc,
+                p,
+                action,
+                agent_id,
+                checked or "h0",
+                lambda: _moved(svc, p, action, agent_id, checked or "h0", lambda s: fn(s, agent_id, checked)),
+                ok_row=False,
+            )
+        )
     if body:
         audited(svc, p, action, agent_id, None, lambda: _no_body(action), ok_row=False)
     fn2 = db.freeze if action == "freeze" else db.unfreeze
-    return _info(audited(svc, p, action, agent_id, None,
-                         lambda: _moved(svc, p, action, agent_id, None, lambda s: fn2(s, agent_id)),
-                         ok_row=False))
+    return _info(
+        audited(
+            svc,
+            p,
+            action,
+            agent_id,
+            None,
+            lambda: _moved(svc, p, action, agent_id, None, lambda s: fn2(s, agent_id)),
+            ok_row=False,
+        )
+    )
 
 
 def _no_body(action: str) -> None:
@@ -102,7 +147,7 @@ def _action(action: str) -> Any:
     handler.__name__ = f"{action}_agent"
     handler.__doc__ = {
         "rollback": "Make a stored version (or h0) current from the agent's next turn; a run going "
-                    "meanwhile will not adopt.",
+        "meanwhile will not adopt.",
         "pin": "Like rollback, and freeze the agent.",
         "freeze": "Stop consolidating the agent (its turns are still recorded).",
         "unfreeze": "Resume consolidating the agent.",
@@ -111,8 +156,11 @@ def _action(action: str) -> Any:
 
 
 for _name in ("rollback", "pin", "freeze", "unfreeze"):
-    router.post(f"/agents/{{agent_id}}/{_name}", summary=_name.capitalize(),
-                openapi_extra=_VERSION_BODY if _name in ("rollback", "pin") else None)(_action(_name))
+    router.post(
+        f"/agents/{{agent_id}}/{_name}",
+        summary=_name.capitalize(),
+        openapi_extra=_VERSION_BODY if _name in ("rollback", "pin") else None,
+    )(_action(_name))
 
 
 @router.post("/agents/{agent_id}/clone", summary="Clone the agent's lineage onto another agent")
@@ -123,13 +171,20 @@ async def clone(agent_id: str, request: Request, p: Principal = OPERATOR) -> dic
     body = await json_body(request)
     target = body.get("new_agent_id")
     if set(body) - {"new_agent_id"} or not isinstance(target, str):
-        raise InvalidInput("body: give exactly {\"new_agent_id\": <agent id>}")
+        raise InvalidInput('body: give exactly {"new_agent_id": <agent id>}')
     agent_arg(p, target)
     svc = state(request)
     info = await run_in_threadpool(
-        lambda: audited(svc, p, "clone", agent_id, target,
-                        lambda: _moved(svc, p, "clone", target, agent_id,
-                                       lambda s: db.clone_agent(s, agent_id, target)), ok_row=False))
+        lambda: audited(
+            svc,
+            p,
+            "clone",
+            agent_id,
+            target,
+            lambda: _moved(svc, p, "clone", target, agent_id, lambda s: db.clone_agent(s, agent_id, target)),
+            ok_row=False,
+        )
+    )
     return _info(info)
 
 
@@ -141,8 +196,12 @@ def consolidate_now(svc: ServiceState, agent_id: str) -> dict[str, Any]:
     """
     with svc.read() as s:
         agent = db.get_agent(s, agent_id)
-        io = s.execute(sa.select(db.WorldRow.io_id).where(db.WorldRow.agent_id == agent_id)
-                       .order_by(db.WorldRow.clock.desc(), db.WorldRow.seq.desc()).limit(1)).scalar()
+        io = s.execute(
+            sa.select(db.WorldRow.io_id)
+            .where(db.WorldRow.agent_id == agent_id)
+            .order_by(db.WorldRow.clock.desc(), db.WorldRow.seq.desc())
+            .limit(1)
+        ).scalar()
     if agent.frozen:
         raise Problem(409, "agent-frozen", "the agent is frozen: unfreeze it first")
     if io is None:
@@ -158,8 +217,9 @@ async def consolidate(agent_id: str, request: Request, p: Principal = OPERATOR) 
     agent_arg(p, agent_id)
     await json_body(request)
     svc = state(request)
-    out: dict[str, Any] = await run_in_threadpool(audited, svc, p, "consolidate", agent_id, None,
-                                                  lambda: consolidate_now(svc, agent_id))
+    out: dict[str, Any] = await run_in_threadpool(
+        audited, svc, p, "consolidate", agent_id, None, lambda: consolidate_now(svc, agent_id)
+    )
     return out
 
 
@@ -168,12 +228,21 @@ async def consolidate(agent_id: str, request: Request, p: Principal = OPERATOR) 
 
 def token_dict(row: db.TokenRow) -> dict[str, Any]:
     """A token row as listed (never the token)."""
+
     def iso(v: Any) -> str | None:
         return v.isoformat() if v is not None else None
 
-    return {"id": row.id, "name": row.name, "scopes": list(row.scope_list), "agent_prefix": row.agent_prefix,
-            "rate_per_min": row.rate_per_min, "created_by": row.created_by, "created_at": iso(row.created_at),
-            "last_used_at": iso(row.last_used_at), "revoked_at": iso(row.revoked_at)}
+    return {
+        "id": row.id,
+        "name": row.name,
+        "scopes": list(row.scope_list),
+        "agent_prefix": row.agent_prefix,
+        "rate_per_min": row.rate_per_min,
+        "created_by": row.created_by,
+        "created_at": iso(row.created_at),
+        "last_used_at": iso(row.last_used_at),
+        "revoked_at": iso(row.revoked_at),
+    }
 
 
 @router.get("/tokens", response_model=list[TokenOut], tags=["admin"], summary="Tokens")
@@ -198,8 +267,14 @@ async def create_token(request: Request, p: Principal = ADMIN) -> dict[str, Any]
 
     def create() -> dict[str, Any]:
         with svc.sessions.begin() as s:
-            issued = db.create_token(s, name, scopes, agent_prefix=body.get("agent_prefix"),
-                                     rate_per_min=body.get("rate_per_min"), created_by=p.name)
+            issued = db.create_token(
+                s,
+                name,
+                scopes,
+                agent_prefix=body.get("agent_prefix"),
+                rate_per_min=body.get("rate_per_min"),
+                created_by=p.name,
+            )
             return {**token_dict(issued.row), "token": issued.token}
 
     out: dict[str, Any] = await run_in_threadpool(audited, svc, p, "token.create", None, None, create)

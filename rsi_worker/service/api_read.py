@@ -30,6 +30,7 @@ __all__ = ["router", "run_for", "spend_today"]
 
 router = APIRouter(prefix="/v1", tags=["read"])
 VIEWER = Depends(need("viewer"))
+OPERATOR = Depends(need("operator"))
 PROGRESS_POLL_S = 0.5
 
 
@@ -46,15 +47,20 @@ def spend_today(svc: ServiceState, agent_ids: list[str]) -> dict[str, int]:
 
 
 @router.get("/agents", response_model=AgentsOut, summary="Agents (paged, filtered)")
-def list_agents(request: Request, q: str | None = Query(None, max_length=128, description="id contains"),
-                status: str | None = Query(None, pattern="^(idle|running|frozen|pinned)$"),
-                limit: int = Query(50, ge=1, le=500), cursor: str | None = Query(None, max_length=128),
-                p: Principal = VIEWER) -> dict[str, Any]:
+def list_agents(
+    request: Request,
+    q: str | None = Query(None, max_length=128, description="id contains"),
+    status: str | None = Query(None, pattern="^(idle|running|frozen|pinned)$"),
+    limit: int = Query(50, ge=1, le=500),
+    cursor: str | None = Query(None, max_length=128),
+    p: Principal = VIEWER,
+) -> dict[str, Any]:
     """Agents in id order, only those inside the token's prefix."""
     svc = state(request)
     with svc.read() as s:
-        agents, nxt = views.agent_summaries(s, prefix=p.agent_prefix, q=q, status=status, limit=limit,
-                                            after=cursor)
+        agents, nxt = views.agent_summaries(
+            s, prefix=p.agent_prefix, q=q, status=status, limit=limit, after=cursor
+        )
     spend = spend_today(svc, [a["agent_id"] for a in agents])
     for a in agents:
         a["spend_today_tokens"] = spend.get(a["agent_id"])
@@ -85,9 +91,13 @@ def lineage(agent_id: str, request: Request, p: Principal = VIEWER) -> dict[str,
 
 
 @router.get("/agents/{agent_id}/runs", summary="The agent's runs, newest first")
-def runs(agent_id: str, request: Request, limit: int = Query(50, ge=1, le=1000),
-         before: str | None = Query(None, max_length=64, description="a run id: older runs only"),
-         p: Principal = VIEWER) -> dict[str, Any]:
+def runs(
+    agent_id: str,
+    request: Request,
+    limit: int = Query(50, ge=1, le=1000),
+    before: str | None = Query(None, max_length=64, description="a run id: older runs only"),
+    p: Principal = VIEWER,
+) -> dict[str, Any]:
     agent_arg(p, agent_id)
     svc = state(request)
     with svc.read() as s:
@@ -131,8 +141,12 @@ def progress(run_id: str, request: Request, p: Principal = VIEWER) -> dict[str, 
     return _progress(state(request), p, run_id)
 
 
-@router.get("/runs/{run_id}/progress/events", response_class=StreamingResponse,
-            responses={200: {"content": {"text/event-stream": {}}}}, summary="Run progress (server-sent events)")
+@router.get(
+    "/runs/{run_id}/progress/events",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}}},
+    summary="Run progress (server-sent events)",
+)
 async def progress_events(run_id: str, request: Request, p: Principal = VIEWER) -> StreamingResponse:
     """``event: progress`` whenever the phase or the trial count changes, then ``event: done`` with the
     final status; the stream ends with the run."""
@@ -153,10 +167,19 @@ async def progress_events(run_id: str, request: Request, p: Principal = VIEWER) 
     return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-@router.get("/agents/{agent_id}/diff", response_class=PlainTextResponse, summary="Diff of two versions",
-            responses={200: {"content": {"text/x-diff": {}}}})
-def diff(agent_id: str, request: Request, v1: str = Query("h0", max_length=100),
-         v2: str = Query(..., max_length=100), p: Principal = VIEWER) -> PlainTextResponse:
+@router.get(
+    "/agents/{agent_id}/diff",
+    response_class=PlainTextResponse,
+    summary="Diff of two versions",
+    responses={200: {"content": {"text/x-diff": {}}}},
+)
+def diff(
+    agent_id: str,
+    request: Request,
+    v1: str = Query("h0", max_length=100),
+    v2: str = Query(..., max_length=100),
+    p: Principal = VIEWER,
+) -> PlainTextResponse:
     """Unified diff of the two versions' workspaces (``h0`` names the starting harness)."""
     agent_arg(p, agent_id)
     text = state(request).client.diff(agent_id, None if v1 == "h0" else v1, None if v2 == "h0" else v2)
@@ -181,9 +204,13 @@ def spend(agent_id: str, request: Request, p: Principal = VIEWER) -> dict[str, A
     with svc.read() as s:
         db.get_agent(s, agent_id)
         series = views.run_series(s, agent_id)
-    return {"agent_id": agent_id, "today_tokens": spend_today(svc, [agent_id]).get(agent_id),
-            "daily_cap_tokens": svc.settings.consolidation.agent_daily_tokens,
-            "stored_runs": len(series), "stored_runs_tokens": sum(r["tokens"] for r in series)}
+    return {
+        "agent_id": agent_id,
+        "today_tokens": spend_today(svc, [agent_id]).get(agent_id),
+        "daily_cap_tokens": svc.settings.consolidation.agent_daily_tokens,
+        "stored_runs": len(series),
+        "stored_runs_tokens": sum(r["tokens"] for r in series),
+    }
 
 
 @router.get("/cluster", summary="Queues, workers, runs in flight, recent failures")
@@ -192,9 +219,13 @@ def cluster(request: Request, p: Principal = VIEWER) -> dict[str, Any]:
 
 
 @router.get("/audit", summary="Operator actions, newest first (scope operator)")
-def audit(request: Request, agent_id: str | None = Query(None, max_length=128),
-          limit: int = Query(100, ge=1, le=1000), before: int | None = Query(None, ge=1),
-          p: Principal = Depends(need("operator"))) -> dict[str, Any]:
+def audit(
+    request: Request,
+    agent_id: str | None = Query(None, max_length=128),
+    limit: int = Query(100, ge=1, le=1000),
+    before: int | None = Query(None, ge=1),
+    p: Principal = OPERATOR,
+) -> dict[str, Any]:
     if agent_id is not None:
         agent_arg(p, agent_id)
     with state(request).read() as s:

@@ -29,6 +29,8 @@ from rsi_worker.service.state import ServiceState
 __all__ = ["API_VERSION", "create_app"]
 
 API_VERSION = "1"
+VIEWER = Depends(need("viewer"))
+ANY_TOKEN = Depends(need(None))
 
 
 def _ready(svc: ServiceState) -> dict[str, str]:
@@ -58,10 +60,16 @@ def create_app(svc: ServiceState, *, close_state: bool = True) -> FastAPI:
         else:
             svc.hub.stop()
 
-    app = FastAPI(title="rsi-worker service", version=API_VERSION, lifespan=lifespan, docs_url=None,
-                  redoc_url=None, openapi_url=None,
-                  description="Record turns, read harnesses and steer consolidation over HTTP "
-                              "(docs/service/api.md). Errors are RFC 9457 problem documents.")
+    app = FastAPI(
+        title="rsi-worker service",
+        version=API_VERSION,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        description="Record turns, read harnesses and steer consolidation over HTTP "
+        "(docs/service/api.md). Errors are RFC 9457 problem documents.",
+    )
     app.state.svc = svc
     install_handlers(app)
     app.include_router(api_host.router)
@@ -82,13 +90,13 @@ def create_app(svc: ServiceState, *, close_state: bool = True) -> FastAPI:
         return problem_response(request, 503, "not-ready", "a backend does not answer", checks=checks)
 
     @app.get("/metrics", tags=["system"], summary="Prometheus metrics (scope viewer)")
-    def metrics(request: Request, p: Principal = Depends(need("viewer"))) -> Response:
+    def metrics(request: Request, p: Principal = VIEWER) -> Response:
         svc_ = state(request)
         svc_.metrics.set_limit_errors(svc_.auth.limiter.errors)
         return Response(svc_.metrics.render(), media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/openapi.json", tags=["system"], summary="This API's OpenAPI document (any token)")
-    def openapi(p: Principal = Depends(need(None))) -> JSONResponse:
+    def openapi(p: Principal = ANY_TOKEN) -> JSONResponse:
         return JSONResponse(app.openapi())
 
     @app.get("/", include_in_schema=False)

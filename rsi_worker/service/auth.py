@@ -57,8 +57,9 @@ class Principal:
         """Raise 403 when the agent is outside the token's prefix (before the agent is looked up, so
         the answer says nothing about whether it exists)."""
         if not self.sees(agent_id):
-            raise Problem(403, "outside-tenant",
-                          f"agent {safe_repr(agent_id)} is outside this token's agent-id prefix")
+            raise Problem(
+                403, "outside-tenant", f"agent {safe_repr(agent_id)} is outside this token's agent-id prefix"
+            )
 
 
 class Authenticator:
@@ -71,8 +72,14 @@ class Authenticator:
         clock: monotonic clock in seconds (tests inject one).
     """
 
-    def __init__(self, sessions: sessionmaker[Session], limiter: RateLimiter, default_rate_per_min: int,
-                 *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        limiter: RateLimiter,
+        default_rate_per_min: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._sessions = sessions
         self.limiter = limiter
         self.default_rate_per_min = default_rate_per_min
@@ -130,10 +137,13 @@ class Authenticator:
         """
         decision = self.limiter.hit(principal.token_id, principal.rate_per_min)
         if not decision.allowed:
-            raise Problem(429, "rate-limited",
-                          f"this token is limited to {decision.limit} requests per minute",
-                          headers={"Retry-After": str(decision.retry_after_s)},
-                          retry_after_s=decision.retry_after_s)
+            raise Problem(
+                429,
+                "rate-limited",
+                f"this token is limited to {decision.limit} requests per minute",
+                headers={"Retry-After": str(decision.retry_after_s)},
+                retry_after_s=decision.retry_after_s,
+            )
 
 
 def _unauthorized(detail: str) -> Problem:

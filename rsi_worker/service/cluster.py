@@ -38,7 +38,7 @@ def queue_depths(svc: ServiceState) -> dict[str, int | None]:
         return dict.fromkeys(QUEUES)
     step = 1 + len(_PRIORITIES)
     for i, q in enumerate(QUEUES):
-        out[q] = int(sum(counts[i * step:(i + 1) * step]))
+        out[q] = int(sum(counts[i * step : (i + 1) * step]))
     return out
 
 
@@ -68,15 +68,24 @@ def live_workers(svc: ServiceState) -> list[str]:
 
 
 def _runs(svc: ServiceState, prefix: str | None, where: Any, limit: int) -> list[dict[str, Any]]:
-    stmt = sa.select(RunRow.id, RunRow.agent_id, RunRow.status, RunRow.reason, RunRow.started_at,
-                     RunRow.finished_at).where(where)
+    stmt = sa.select(
+        RunRow.id, RunRow.agent_id, RunRow.status, RunRow.reason, RunRow.started_at, RunRow.finished_at
+    ).where(where)
     if prefix:
         stmt = stmt.where(RunRow.agent_id.startswith(prefix, autoescape=True))
     with svc.read() as s:
         rows = s.execute(stmt.order_by(RunRow.started_at.desc()).limit(limit)).all()
-    return [{"run_id": r.id, "agent_id": r.agent_id, "status": r.status, "reason": r.reason,
-             "started_at": r.started_at.isoformat(),
-             "finished_at": r.finished_at.isoformat() if r.finished_at else None} for r in rows]
+    return [
+        {
+            "run_id": r.id,
+            "agent_id": r.agent_id,
+            "status": r.status,
+            "reason": r.reason,
+            "started_at": r.started_at.isoformat(),
+            "finished_at": r.finished_at.isoformat() if r.finished_at else None,
+        }
+        for r in rows
+    ]
 
 
 def cluster_view(svc: ServiceState, prefix: str | None) -> dict[str, Any]:

@@ -16,8 +16,16 @@ from rsi_worker.service.state import build_state
 __all__ = ["serve_demo"]
 
 
-def serve_demo(settings: Settings, client: RsiClient, *, host: str, port: int, agent: str,
-               say: Callable[[str], None], stop: threading.Event | None = None) -> None:
+def serve_demo(
+    settings: Settings,
+    client: RsiClient,
+    *,
+    host: str,
+    port: int,
+    agent: str,
+    say: Callable[[str], None],
+    stop: threading.Event | None = None,
+) -> None:
     """Serve the demo cluster's console until ``stop`` is set or Ctrl-C.
 
     Args:

@@ -77,8 +77,16 @@ async def json_body(request: Request) -> dict[str, Any]:
     return value
 
 
-def audited(svc: ServiceState, principal: Principal, action: str, agent_id: str | None, target: str | None,
-            act: Callable[[], T], *, ok_row: bool = True) -> T:
+def audited(
+    svc: ServiceState,
+    principal: Principal,
+    action: str,
+    agent_id: str | None,
+    target: str | None,
+    act: Callable[[], T],
+    *,
+    ok_row: bool = True,
+) -> T:
     """Run an operator or admin action and append its audit row (``ok``, ``refused`` for invalid input,
     ``failed`` for anything else) in a transaction of its own, then return or re-raise.
 
@@ -97,13 +105,28 @@ def audited(svc: ServiceState, principal: Principal, action: str, agent_id: str 
     return result
 
 
-def _audit(svc: ServiceState, p: Principal, action: str, agent_id: str | None, target: str | None,
-           outcome: str, detail: dict[str, Any] | None) -> None:
+def _audit(
+    svc: ServiceState,
+    p: Principal,
+    action: str,
+    agent_id: str | None,
+    target: str | None,
+    outcome: str,
+    detail: dict[str, Any] | None,
+) -> None:
     from rsi_common.stored import safe_text
 
     with svc.sessions.begin() as s:
-        db.add_audit(s, action=action, outcome=outcome, token_id=p.token_id, token_name=p.name,
-                     agent_id=agent_id, target=safe_text(target, 300) if target else None, detail=detail)
+        db.add_audit(
+            s,
+            action=action,
+            outcome=outcome,
+            token_id=p.token_id,
+            token_name=p.name,
+            agent_id=agent_id,
+            target=safe_text(target, 300) if target else None,
+            detail=detail,
+        )
 
 
 def agent_arg(principal: Principal, agent_id: str) -> str:

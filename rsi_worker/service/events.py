@@ -18,6 +18,7 @@ when the replica shuts down; clients reconnect (``retry:`` hint) and get the cur
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -55,6 +56,7 @@ class Subscription:
 
     def offer(self, item: str) -> None:
         """Called from any thread."""
+
         def put() -> None:
             if self.queue.full():  # a stuck client: collapse to one reset
                 while not self.queue.empty():
@@ -64,10 +66,8 @@ class Subscription:
                 item_ = item
             self.queue.put_nowait(item_)
 
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the stream is gone
             self.loop.call_soon_threadsafe(put)
-        except RuntimeError:  # the loop is closed: the stream is gone
-            pass
 
     async def next(self, timeout_s: float) -> str | None:
         """The next item, or ``None`` after ``timeout_s`` (time for a keep-alive)."""

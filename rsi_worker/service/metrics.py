@@ -28,13 +28,16 @@ class ServiceMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("rsi_api_requests_total", "Answered requests.", ["route", "method", "status"],
-                                registry=r)
-        self.latency = Histogram("rsi_api_request_seconds", "Time to the response start.", ["route"],
-                                 buckets=_BUCKETS, registry=r)
+        self.requests = Counter(
+            "rsi_api_requests_total", "Answered requests.", ["route", "method", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "rsi_api_request_seconds", "Time to the response start.", ["route"], buckets=_BUCKETS, registry=r
+        )
         self.streams = Gauge("rsi_api_streams", "Open event streams.", registry=r)
-        self.auth_failures = Counter("rsi_api_auth_failures_total", "401 and 403 answers.", ["status"],
-                                     registry=r)
+        self.auth_failures = Counter(
+            "rsi_api_auth_failures_total", "401 and 403 answers.", ["status"], registry=r
+        )
         self.rate_limited = Counter("rsi_api_rate_limited_total", "429 answers.", registry=r)
         self._limit_errors = 0
         registry = self

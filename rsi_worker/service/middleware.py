@@ -39,12 +39,26 @@ def body_limit(method: str, path: str, big_bytes: int) -> int:
 async def _send_413(send: Send, limit: int) -> None:
     import json
 
-    body = json.dumps({"type": "urn:rsi:problem:body-too-large", "title": "Request body too large",
-                       "status": 413, "detail": f"the request body is over the limit of {limit:,} bytes",
-                       "limit_bytes": limit}).encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/problem+json"),
-                            (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
+    body = json.dumps(
+        {
+            "type": "urn:rsi:problem:body-too-large",
+            "title": "Request body too large",
+            "status": 413,
+            "detail": f"the request body is over the limit of {limit:,} bytes",
+            "limit_bytes": limit,
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/problem+json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

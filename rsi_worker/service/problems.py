@@ -38,9 +38,18 @@ log = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
 _TITLES = {
-    400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed",
-    409: "Conflict", 413: "Request body too large", 415: "Unsupported media type", 422: "Invalid input",
-    429: "Too many requests", 500: "Internal error", 503: "Service unavailable",
+    400: "Bad request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict",
+    413: "Request body too large",
+    415: "Unsupported media type",
+    422: "Invalid input",
+    429: "Too many requests",
+    500: "Internal error",
+    503: "Service unavailable",
 }
 
 
@@ -55,19 +64,31 @@ class Problem(Exception):
         extra: extension members.
     """
 
-    def __init__(self, status: int, slug: str, detail: str, *, headers: dict[str, str] | None = None,
-                 **extra: Any) -> None:
+    def __init__(
+        self, status: int, slug: str, detail: str, *, headers: dict[str, str] | None = None, **extra: Any
+    ) -> None:
         super().__init__(detail)
         self.status, self.slug, self.detail = status, slug, detail
         self.headers = headers or {}
         self.extra = extra
 
 
-def problem_response(request: Request | None, status: int, slug: str, detail: str, *,
-                     headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+def problem_response(
+    request: Request | None,
+    status: int,
+    slug: str,
+    detail: str,
+    *,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
     """A problem document response."""
-    body: dict[str, Any] = {"type": f"urn:rsi:problem:{slug}", "title": _TITLES.get(status, "Error"),
-                            "status": status, "detail": detail}
+    body: dict[str, Any] = {
+        "type": f"urn:rsi:problem:{slug}",
+        "title": _TITLES.get(status, "Error"),
+        "status": status,
+        "detail": detail,
+    }
     if request is not None:
         body["instance"] = request.url.path
     body.update(extra)
@@ -98,8 +119,13 @@ def install_handlers(app: FastAPI) -> None:
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()) if p not in ("query", "path", "body"))
-        return problem_response(request, 422, "invalid-input", f"{where or 'request'}: {first.get('msg', 'invalid')}",
-                                error="InvalidInput")
+        return problem_response(
+            request,
+            422,
+            "invalid-input",
+            f"{where or 'request'}: {first.get('msg', 'invalid')}",
+            error="InvalidInput",
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -110,19 +136,37 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(SQLAlchemyError)
     async def _database(request: Request, exc: SQLAlchemyError) -> JSONResponse:
         log.warning("%s %s: database error %s", request.method, request.url.path, type(exc).__name__)
-        return problem_response(request, 503, "database-unavailable", "the database failed; retry later",
-                                headers={"Retry-After": "1"}, retry_after_s=1)
+        return problem_response(
+            request,
+            503,
+            "database-unavailable",
+            "the database failed; retry later",
+            headers={"Retry-After": "1"},
+            retry_after_s=1,
+        )
 
     @app.exception_handler(redis.RedisError)
     async def _redis(request: Request, exc: redis.RedisError) -> JSONResponse:
         log.warning("%s %s: Redis error %s", request.method, request.url.path, type(exc).__name__)
-        return problem_response(request, 503, "redis-unavailable", "Redis failed; retry later",
-                                headers={"Retry-After": "1"}, retry_after_s=1)
+        return problem_response(
+            request,
+            503,
+            "redis-unavailable",
+            "Redis failed; retry later",
+            headers={"Retry-After": "1"},
+            retry_after_s=1,
+        )
 
     @app.exception_handler(InfrastructureError)
     async def _infra(request: Request, exc: InfrastructureError) -> JSONResponse:
-        return problem_response(request, 503, "backend-unavailable", f"a backend failed ({type(exc).__name__})",
-                                headers={"Retry-After": "1"}, retry_after_s=1)
+        return problem_response(
+            request,
+            503,
+            "backend-unavailable",
+            f"a backend failed ({type(exc).__name__})",
+            headers={"Retry-After": "1"},
+            retry_after_s=1,
+        )
 
     from rsi_worker.service.middleware import BodyTooLarge
 

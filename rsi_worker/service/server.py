@@ -23,8 +23,16 @@ GRACEFUL_S = 3
 
 
 def _config(app: Any, host: str, port: int, **kw: Any) -> uvicorn.Config:
-    return uvicorn.Config(app, host=host, port=port, log_level=kw.pop("log_level", "warning"),
-                          timeout_graceful_shutdown=GRACEFUL_S, proxy_headers=True, lifespan="on", **kw)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=kw.pop("log_level", "warning"),
+        timeout_graceful_shutdown=GRACEFUL_S,
+        proxy_headers=True,
+        lifespan="on",
+        **kw,
+    )
 
 
 def serve(settings: Settings, *, host: str, port: int, workers: int = 1, log_level: str = "info") -> None:
@@ -34,9 +42,16 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1, log_lev
     environment (:func:`app_from_env`); one process per pod is the usual shape in Kubernetes.
     """
     if workers > 1:
-        uvicorn.run("rsi_worker.service.server:app_from_env", factory=True, host=host, port=port,
-                    workers=workers, log_level=log_level, timeout_graceful_shutdown=GRACEFUL_S,
-                    proxy_headers=True)
+        uvicorn.run(
+            "rsi_worker.service.server:app_from_env",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level=log_level,
+            timeout_graceful_shutdown=GRACEFUL_S,
+            proxy_headers=True,
+        )
         return
     from rsi_worker.service.app import create_app
     from rsi_worker.service.state import build_state
@@ -69,8 +84,9 @@ class LiveServer:
         self.sock.bind((host, port))
         self.host, self.port = self.sock.getsockname()[:2]
         self.server = uvicorn.Server(_config(app, host, self.port))
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
-                                        name="rsi-service", daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.sock]}, name="rsi-service", daemon=True
+        )
 
     @property
     def url(self) -> str:

@@ -70,8 +70,13 @@ class ServiceState:
                 log.debug("closing failed: %s", type(exc).__name__)
 
 
-def build_state(settings: Settings, *, engine: Engine | None = None, redis_client: redis.Redis | None = None,
-                dispatcher: Dispatcher | None = None) -> ServiceState:
+def build_state(
+    settings: Settings,
+    *,
+    engine: Engine | None = None,
+    redis_client: redis.Redis | None = None,
+    dispatcher: Dispatcher | None = None,
+) -> ServiceState:
     """Build a replica's objects from the settings; objects passed in are used, never closed.
 
     Raises:

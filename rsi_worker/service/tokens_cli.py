@@ -19,14 +19,21 @@ def _sessions(settings: Settings) -> Any:
     return engine, db.session_factory(engine)
 
 
-def create_token(settings: Settings, name: str, scopes: list[str], agent_prefix: str | None,
-                 rate_per_min: int | None) -> dict[str, Any]:
+def create_token(
+    settings: Settings, name: str, scopes: list[str], agent_prefix: str | None, rate_per_min: int | None
+) -> dict[str, Any]:
     """Create a token; the result holds ``token`` (shown once)."""
     engine, sessions = _sessions(settings)
     try:
         with sessions.begin() as s:
-            issued = db.create_token(s, name, scopes, agent_prefix=agent_prefix, rate_per_min=rate_per_min,
-                                     created_by="rsi tokens create")
+            issued = db.create_token(
+                s,
+                name,
+                scopes,
+                agent_prefix=agent_prefix,
+                rate_per_min=rate_per_min,
+                created_by="rsi tokens create",
+            )
             return {**token_dict(issued.row), "token": issued.token}
     finally:
         engine.dispose()

@@ -41,20 +41,28 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def _running_ids(s: Session, ids: Sequence[str]) -> set[str]:
-    rows = s.execute(sa.select(RunRow.agent_id).where(RunRow.agent_id.in_(ids), RunRow.status == "running")
-                     .distinct()).scalars()
+    rows = s.execute(
+        sa.select(RunRow.agent_id).where(RunRow.agent_id.in_(ids), RunRow.status == "running").distinct()
+    ).scalars()
     return {str(r) for r in rows}
 
 
 def _pinned_ids(s: Session, ids: Sequence[str]) -> set[str]:
     if not ids:
         return set()
-    newest = (sa.select(AuditRow.agent_id, sa.func.max(AuditRow.id).label("id"))
-              .where(AuditRow.agent_id.in_(ids), AuditRow.outcome == "ok",
-                     AuditRow.action.in_(("pin", "freeze", "unfreeze")))
-              .group_by(AuditRow.agent_id).subquery())
-    rows = s.execute(sa.select(AuditRow.agent_id).join(newest, AuditRow.id == newest.c.id)
-                     .where(AuditRow.action == "pin")).scalars()
+    newest = (
+        sa.select(AuditRow.agent_id, sa.func.max(AuditRow.id).label("id"))
+        .where(
+            AuditRow.agent_id.in_(ids),
+            AuditRow.outcome == "ok",
+            AuditRow.action.in_(("pin", "freeze", "unfreeze")),
+        )
+        .group_by(AuditRow.agent_id)
+        .subquery()
+    )
+    rows = s.execute(
+        sa.select(AuditRow.agent_id).join(newest, AuditRow.id == newest.c.id).where(AuditRow.action == "pin")
+    ).scalars()
     return {str(r) for r in rows}
 
 
@@ -67,8 +75,15 @@ def status_of(agent: AgentRow, running: bool, pinned: bool) -> str:
     return "idle"
 
 
-def agent_summaries(s: Session, *, prefix: str | None = None, q: str | None = None, status: str | None = None,
-                    limit: int = 50, after: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+def agent_summaries(
+    s: Session,
+    *,
+    prefix: str | None = None,
+    q: str | None = None,
+    status: str | None = None,
+    limit: int = 50,
+    after: str | None = None,
+) -> tuple[list[dict[str, Any]], str | None]:
     """A page of agents in id order with status, current version, last outcome and adoptions.
 
     Args:
@@ -98,8 +113,9 @@ def agent_summaries(s: Session, *, prefix: str | None = None, q: str | None = No
     out: list[dict[str, Any]] = []
     cursor: str | None = after
     while len(out) < limit:
-        rows = list(s.execute(stmt.where(AgentRow.id > cursor) if cursor else stmt)
-                    .scalars().fetchmany(limit + 1))
+        rows = list(
+            s.execute(stmt.where(AgentRow.id > cursor) if cursor else stmt).scalars().fetchmany(limit + 1)
+        )
         page = _summaries(s, rows[:limit])
         if status in ("frozen", "pinned"):
             page = [a for a in page if a["status"] == status]
@@ -115,24 +131,46 @@ def _summaries(s: Session, rows: Sequence[AgentRow]) -> list[dict[str, Any]]:
     if not ids:
         return []
     running, pinned = _running_ids(s, ids), _pinned_ids(s, ids)
-    adoptions = {str(a): int(n) for a, n in s.execute(sa.select(RunRow.agent_id, sa.func.count()).where(
-        RunRow.agent_id.in_(ids), RunRow.status == "adopted").group_by(RunRow.agent_id))}
-    ranked = (sa.select(RunRow.agent_id, RunRow.status, RunRow.reason, RunRow.finished_at,
-                        sa.func.row_number().over(partition_by=RunRow.agent_id,
-                                                  order_by=(RunRow.started_at.desc(), RunRow.id.desc()))
-                        .label("n"))
-              .where(RunRow.agent_id.in_(ids), RunRow.status.in_(_FINAL)).subquery())
+    adoptions = {
+        str(a): int(n)
+        for a, n in s.execute(
+            sa.select(RunRow.agent_id, sa.func.count())
+            .where(RunRow.agent_id.in_(ids), RunRow.status == "adopted")
+            .group_by(RunRow.agent_id)
+        )
+    }
+    ranked = (
+        sa.select(
+            RunRow.agent_id,
+            RunRow.status,
+            RunRow.reason,
+            RunRow.finished_at,
+            sa.func.row_number()
+            .over(partition_by=RunRow.agent_id, order_by=(RunRow.started_at.desc(), RunRow.id.desc()))
+            .label("n"),
+        )
+        .where(RunRow.agent_id.in_(ids), RunRow.status.in_(_FINAL))
+        .subquery()
+    )
     last = {r.agent_id: r for r in s.execute(sa.select(ranked).where(ranked.c.n == 1))}
     out = []
     for a in rows:
         lr = last.get(a.id)
-        out.append({
-            "agent_id": a.id, "status": status_of(a, a.id in running, a.id in pinned),
-            "current_version": a.current_version, "frozen": a.frozen,
-            "last_outcome": ({"status": lr.status, "reason": lr.reason, "finished_at": _iso(lr.finished_at)}
-                             if lr is not None else None),
-            "adoptions": int(adoptions.get(a.id, 0)), "updated_at": _iso(a.updated_at),
-        })
+        out.append(
+            {
+                "agent_id": a.id,
+                "status": status_of(a, a.id in running, a.id in pinned),
+                "current_version": a.current_version,
+                "frozen": a.frozen,
+                "last_outcome": (
+                    {"status": lr.status, "reason": lr.reason, "finished_at": _iso(lr.finished_at)}
+                    if lr is not None
+                    else None
+                ),
+                "adoptions": int(adoptions.get(a.id, 0)),
+                "updated_at": _iso(a.updated_at),
+            }
+        )
     return out
 
 
@@ -144,9 +182,18 @@ def agent_summary(s: Session, agent_id: str) -> dict[str, Any]:
 def run_dict(r: RunRow, *, full: bool = False) -> dict[str, Any]:
     """A run row as JSON; ``full`` adds the round parameters (lease token removed) and the drafts."""
     out: dict[str, Any] = {
-        "run_id": r.id, "agent_id": r.agent_id, "kind": r.kind, "io_id": r.io_id, "status": r.status,
-        "reason": r.reason, "start_version": r.start_version, "adopted_version": r.adopted_version,
-        "fence": r.fence, "result": r.result, "error": r.error, "started_at": _iso(r.started_at),
+        "run_id": r.id,
+        "agent_id": r.agent_id,
+        "kind": r.kind,
+        "io_id": r.io_id,
+        "status": r.status,
+        "reason": r.reason,
+        "start_version": r.start_version,
+        "adopted_version": r.adopted_version,
+        "fence": r.fence,
+        "result": r.result,
+        "error": r.error,
+        "started_at": _iso(r.started_at),
         "finished_at": _iso(r.finished_at),
     }
     if full:
@@ -161,8 +208,12 @@ def runs_page(s: Session, agent_id: str, *, limit: int = 50, before: str | None 
     if before:
         ref = s.get(RunRow, before)
         if ref is not None:
-            stmt = stmt.where(sa.or_(RunRow.started_at < ref.started_at,
-                                     sa.and_(RunRow.started_at == ref.started_at, RunRow.id < ref.id)))
+            stmt = stmt.where(
+                sa.or_(
+                    RunRow.started_at < ref.started_at,
+                    sa.and_(RunRow.started_at == ref.started_at, RunRow.id < ref.id),
+                )
+            )
     return list(s.execute(stmt.order_by(RunRow.started_at.desc(), RunRow.id.desc()).limit(limit)).scalars())
 
 
@@ -173,8 +224,15 @@ def _cell(row: ReplayRow, early_stopped: bool) -> dict[str, Any]:
         outcome = "early-stopped" if early_stopped else "cancelled"
     else:
         outcome = "missing"
-    return {"trial": row.trial, "outcome": outcome, "status": row.status, "source": row.source,
-            "reward": row.reward, "weight": row.weight, "tokens": row.tokens}
+    return {
+        "trial": row.trial,
+        "outcome": outcome,
+        "status": row.status,
+        "source": row.source,
+        "reward": row.reward,
+        "weight": row.weight,
+        "tokens": row.tokens,
+    }
 
 
 def trial_matrix(rows: Sequence[ReplayRow], round_: dict[str, Any]) -> dict[str, Any]:
@@ -214,13 +272,33 @@ def regression_set(s: Session, agent_id: str, current: str | None) -> list[dict[
     """The agent's lessons (no world copies), oldest first; ``active`` when replayed in later rounds
     (learned by the current version or an ancestor)."""
     active = set(db.ancestry(s, agent_id, current))
-    cols = (RegressionRow.id, RegressionRow.version, RegressionRow.run_id, RegressionRow.world_id,
-            RegressionRow.lesson, RegressionRow.created_at, RegressionRow.last_used_at)
-    rows = s.execute(sa.select(*cols).where(RegressionRow.agent_id == agent_id)
-                     .order_by(RegressionRow.created_at, RegressionRow.id)).all()
-    return [{"id": r.id, "version": r.version, "run_id": r.run_id, "world_id": r.world_id, "lesson": r.lesson,
-             "active": r.version in active, "created_at": _iso(r.created_at),
-             "last_used_at": _iso(r.last_used_at)} for r in rows]
+    cols = (
+        RegressionRow.id,
+        RegressionRow.version,
+        RegressionRow.run_id,
+        RegressionRow.world_id,
+        RegressionRow.lesson,
+        RegressionRow.created_at,
+        RegressionRow.last_used_at,
+    )
+    rows = s.execute(
+        sa.select(*cols)
+        .where(RegressionRow.agent_id == agent_id)
+        .order_by(RegressionRow.created_at, RegressionRow.id)
+    ).all()
+    return [
+        {
+            "id": r.id,
+            "version": r.version,
+            "run_id": r.run_id,
+            "world_id": r.world_id,
+            "lesson": r.lesson,
+            "active": r.version in active,
+            "created_at": _iso(r.created_at),
+            "last_used_at": _iso(r.last_used_at),
+        }
+        for r in rows
+    ]
 
 
 def lineage_timeline(s: Session, agent_id: str) -> list[dict[str, Any]]:
@@ -228,12 +306,24 @@ def lineage_timeline(s: Session, agent_id: str) -> list[dict[str, Any]]:
     time order, oldest first."""
     cols = (HarnessRow.version, HarnessRow.parent_version, HarnessRow.run_id, HarnessRow.created_at)
     events: list[dict[str, Any]] = [
-        {"kind": "version", "version": v.version, "parent_version": v.parent_version, "run_id": v.run_id,
-         "at": v.created_at}
-        for v in s.execute(sa.select(*cols).where(HarnessRow.agent_id == agent_id).order_by(HarnessRow.id))]
-    moves = s.execute(sa.select(AuditRow).where(
-        AuditRow.agent_id == agent_id, AuditRow.outcome == "ok",
-        AuditRow.action.in_(("rollback", "pin", "freeze", "unfreeze", "clone"))).order_by(AuditRow.id)).scalars()
+        {
+            "kind": "version",
+            "version": v.version,
+            "parent_version": v.parent_version,
+            "run_id": v.run_id,
+            "at": v.created_at,
+        }
+        for v in s.execute(sa.select(*cols).where(HarnessRow.agent_id == agent_id).order_by(HarnessRow.id))
+    ]
+    moves = s.execute(
+        sa.select(AuditRow)
+        .where(
+            AuditRow.agent_id == agent_id,
+            AuditRow.outcome == "ok",
+            AuditRow.action.in_(("rollback", "pin", "freeze", "unfreeze", "clone")),
+        )
+        .order_by(AuditRow.id)
+    ).scalars()
     events += [{"kind": m.action, "version": m.target, "by": m.token_name, "at": m.at} for m in moves]
     events.sort(key=lambda e: e["at"])
     for e in events:
@@ -243,27 +333,48 @@ def lineage_timeline(s: Session, agent_id: str) -> list[dict[str, Any]]:
 
 def audit_dicts(rows: Sequence[AuditRow]) -> list[dict[str, Any]]:
     """Audit rows as JSON."""
-    return [{"id": r.id, "at": _iso(r.at), "token_id": r.token_id, "token_name": r.token_name,
-             "action": r.action, "agent_id": r.agent_id, "target": r.target, "outcome": r.outcome,
-             "detail": r.detail} for r in rows]
+    return [
+        {
+            "id": r.id,
+            "at": _iso(r.at),
+            "token_id": r.token_id,
+            "token_name": r.token_name,
+            "action": r.action,
+            "agent_id": r.agent_id,
+            "target": r.target,
+            "outcome": r.outcome,
+            "detail": r.detail,
+        }
+        for r in rows
+    ]
 
 
 def run_series(s: Session, agent_id: str) -> list[dict[str, Any]]:
     """Per run, oldest first, what the agent page plots: the incumbent's S, each candidate's S, δ,
     whether it adopted, its tokens. Runs without a round have ``S`` ``None`` (only tokens plotted)."""
-    rows = s.execute(sa.select(RunRow.id, RunRow.status, RunRow.result, RunRow.started_at)
-                     .where(RunRow.agent_id == agent_id)
-                     .order_by(RunRow.started_at, RunRow.id)).all()
+    rows = s.execute(
+        sa.select(RunRow.id, RunRow.status, RunRow.result, RunRow.started_at)
+        .where(RunRow.agent_id == agent_id)
+        .order_by(RunRow.started_at, RunRow.id)
+    ).all()
     out = []
     for r in rows:
         result = r.result or {}
         rnd = result.get("round") or {}
         inc = rnd.get("incumbent") or {}
-        out.append({
-            "run_id": r.id, "status": r.status, "adopted": r.status == "adopted",
-            "S": inc.get("S"), "delta": rnd.get("delta"), "S_star": rnd.get("S_star"),
-            "candidates": [{"variant": c.get("variant"), "S": c.get("S"), "outcome": c.get("outcome")}
-                           for c in rnd.get("candidates") or []],
-            "tokens": int((result.get("spend") or {}).get("tokens") or 0),
-        })
+        out.append(
+            {
+                "run_id": r.id,
+                "status": r.status,
+                "adopted": r.status == "adopted",
+                "S": inc.get("S"),
+                "delta": rnd.get("delta"),
+                "S_star": rnd.get("S_star"),
+                "candidates": [
+                    {"variant": c.get("variant"), "S": c.get("S"), "outcome": c.get("outcome")}
+                    for c in rnd.get("candidates") or []
+                ],
+                "tokens": int((result.get("spend") or {}).get("tokens") or 0),
+            }
+        )
     return out

@@ -12,8 +12,16 @@ from typing import Any
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -24,9 +32,13 @@ def browser_page(tmp_path: Path) -> Iterator[Any]:
 
     assert Path(CHROMIUM).exists(), "Chromium is missing: run scripts/provision.sh (as root it installs it)"
     with sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
-                                                   args=ARGS, headless=True,
-                                                   viewport={"width": 1280, "height": 1000})
+        ctx = p.chromium.launch_persistent_context(
+            str(tmp_path / "profile"),
+            executable_path=CHROMIUM,
+            args=ARGS,
+            headless=True,
+            viewport={"width": 1280, "height": 1000},
+        )
         try:
             yield ctx.new_page()
         finally:

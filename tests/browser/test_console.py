@@ -25,8 +25,10 @@ def learned(tmp_path: Path, sqlite_engine: Any, redis_srv: RedisServer) -> Itera
     """A live service whose agent ``shop`` adopted a harness on a real worker."""
     live = start_live(sqlite_engine, str(sqlite_engine.url), redis_srv.url)
     try:
-        with Cluster(tmp_path, str(sqlite_engine.url), redis_srv.url, n=1) as cluster, \
-                RsiHttpClient(live.url, live.tokens["host"], backoff_s=0, listen=False) as host:
+        with (
+            Cluster(tmp_path, str(sqlite_engine.url), redis_srv.url, n=1) as cluster,
+            RsiHttpClient(live.url, live.tokens["host"], backoff_s=0, listen=False) as host,
+        ):
             learn(host, "shop")
             runs = cluster.finished("shop", 1)
             assert any(r.status == "adopted" for r in runs), cluster.logs()

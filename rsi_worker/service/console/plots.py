@@ -30,17 +30,23 @@ def _y(v: float, top: float) -> float:
 
 
 def _frame(title: str, top: float, ticks: Sequence[float], fmt: str, n: int, label: str) -> list[str]:
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" role="img" '
-           f'aria-label="{escape(title)}" class="chart">',
-           f'<title>{escape(title)}</title>',
-           f'<rect x="{PAD_L}" y="{PAD_T}" width="{W - PAD_L - PAD_R}" height="{H - PAD_T - PAD_B}" '
-           'class="plot-area"/>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" role="img" '
+        f'aria-label="{escape(title)}" class="chart">',
+        f"<title>{escape(title)}</title>",
+        f'<rect x="{PAD_L}" y="{PAD_T}" width="{W - PAD_L - PAD_R}" height="{H - PAD_T - PAD_B}" '
+        'class="plot-area"/>',
+    ]
     for t in ticks:
         y = _y(t, top)
-        out.append(f'<line x1="{PAD_L}" x2="{W - PAD_R}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
-                   f'<text x="{PAD_L - 6}" y="{y + 4:.1f}" class="tick" text-anchor="end">{t:{fmt}}</text>')
-    out.append(f'<text x="{(W + PAD_L) / 2:.0f}" y="{H - 6}" class="tick" text-anchor="middle">'
-               f'{escape(label)} (n = {n})</text>')
+        out.append(
+            f'<line x1="{PAD_L}" x2="{W - PAD_R}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
+            f'<text x="{PAD_L - 6}" y="{y + 4:.1f}" class="tick" text-anchor="end">{t:{fmt}}</text>'
+        )
+    out.append(
+        f'<text x="{(W + PAD_L) / 2:.0f}" y="{H - 6}" class="tick" text-anchor="middle">'
+        f"{escape(label)} (n = {n})</text>"
+    )
     return out
 
 
@@ -53,14 +59,17 @@ def score_chart(series: Sequence[dict[str, Any]]) -> str:
     """
     rounds = [r for r in series if r.get("S") is not None]
     n = len(rounds)
-    out = _frame("Scores per round: incumbent S, candidate S, δ", 1.0, (0.0, 0.25, 0.5, 0.75, 1.0), ".2f", n,
-                 "rounds")
+    out = _frame(
+        "Scores per round: incumbent S, candidate S, δ", 1.0, (0.0, 0.25, 0.5, 0.75, 1.0), ".2f", n, "rounds"
+    )
     inc_path = []
     for i, r in enumerate(rounds):
         x = _x(i, n)
         if r["adopted"]:
-            out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{PAD_T}" y2="{H - PAD_B}" class="adoption">'
-                       f'<title>adopted in {escape(r["run_id"])}</title></line>')
+            out.append(
+                f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{PAD_T}" y2="{H - PAD_B}" class="adoption">'
+                f"<title>adopted in {escape(r['run_id'])}</title></line>"
+            )
         inc_path.append(f"{x:.1f},{_y(float(r['S']), 1.0):.1f}")
     if len(inc_path) > 1:
         out.append(f'<polyline points="{" ".join(inc_path)}" class="line-incumbent"/>')
@@ -70,15 +79,21 @@ def score_chart(series: Sequence[dict[str, Any]]) -> str:
             if c.get("S") is None:
                 continue
             color = _OUTCOME_COLOR.get(str(c.get("outcome")), "#6e7781")
-            out.append(f'<circle cx="{x + 4:.1f}" cy="{_y(float(c["S"]), 1.0):.1f}" r="3" fill="{color}" '
-                       f'class="pt pt-candidate"><title>{escape(str(c["variant"]))}: S {c["S"]} '
-                       f'({escape(str(c.get("outcome")))})</title></circle>')
+            out.append(
+                f'<circle cx="{x + 4:.1f}" cy="{_y(float(c["S"]), 1.0):.1f}" r="3" fill="{color}" '
+                f'class="pt pt-candidate"><title>{escape(str(c["variant"]))}: S {c["S"]} '
+                f"({escape(str(c.get('outcome')))})</title></circle>"
+            )
         if r.get("delta") is not None:
             y = _y(min(1.0, float(r["delta"])), 1.0)
-            out.append(f'<rect x="{x - 2.5:.1f}" y="{y - 2.5:.1f}" width="5" height="5" class="pt pt-delta">'
-                       f'<title>δ {r["delta"]}</title></rect>')
-        out.append(f'<circle cx="{x:.1f}" cy="{_y(float(r["S"]), 1.0):.1f}" r="3.5" class="pt pt-incumbent">'
-                   f'<title>{escape(r["run_id"])}: incumbent S {r["S"]}</title></circle>')
+            out.append(
+                f'<rect x="{x - 2.5:.1f}" y="{y - 2.5:.1f}" width="5" height="5" class="pt pt-delta">'
+                f"<title>δ {r['delta']}</title></rect>"
+            )
+        out.append(
+            f'<circle cx="{x:.1f}" cy="{_y(float(r["S"]), 1.0):.1f}" r="3.5" class="pt pt-incumbent">'
+            f"<title>{escape(r['run_id'])}: incumbent S {r['S']}</title></circle>"
+        )
     out.append("</svg>")
     return "".join(out)
 
@@ -95,7 +110,9 @@ def token_chart(series: Sequence[dict[str, Any]]) -> str:
         x = PAD_L + slot * i + (slot - bar) / 2
         y = _y(float(r["tokens"]), float(top))
         cls = "bar-tokens adopted" if r["adopted"] else "bar-tokens"
-        out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{H - PAD_B - y:.1f}" class="{cls}">'
-                   f'<title>{escape(r["run_id"])}: {r["tokens"]:,} tokens ({escape(r["status"])})</title></rect>')
+        out.append(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{H - PAD_B - y:.1f}" class="{cls}">'
+            f"<title>{escape(r['run_id'])}: {r['tokens']:,} tokens ({escape(r['status'])})</title></rect>"
+        )
     out.append("</svg>")
     return "".join(out)

@@ -61,8 +61,9 @@ def _when(v: Any) -> str:
 
 
 def _environment() -> Environment:
-    env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]),
-                      auto_reload=False)
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"]), auto_reload=False
+    )
     env.filters["short"] = _short
     env.filters["when"] = _when
     return env
@@ -81,10 +82,17 @@ def _page(name: str, http_status: int = 200, **ctx: Any) -> HTMLResponse:
 
 
 def _html(html: str, status: int = 200) -> HTMLResponse:
-    return HTMLResponse(html, status_code=status, headers={
-        "Cache-Control": "no-store", "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin",
-        "Content-Security-Policy": "default-src 'none'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-                                   "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"})
+    return HTMLResponse(
+        html,
+        status_code=status,
+        headers={
+            "Cache-Control": "no-store",
+            "X-Frame-Options": "DENY",
+            "Referrer-Policy": "same-origin",
+            "Content-Security-Policy": "default-src 'none'; style-src 'self' 'unsafe-inline'; "
+            "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        },
+    )
 
 
 class _Login(Exception):
@@ -114,8 +122,9 @@ def _ctx(p: Principal, token: str, **kw: Any) -> dict[str, Any]:
 async def _form(request: Request) -> dict[str, str]:
     raw = await request.body()
     try:
-        return dict(parse_qsl(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=False,
-                              max_num_fields=20))
+        return dict(
+            parse_qsl(raw.decode("utf-8"), keep_blank_values=True, strict_parsing=False, max_num_fields=20)
+        )
     except (UnicodeDecodeError, ValueError):
         raise Problem(400, "malformed-form", "the form is not valid UTF-8 form data") from None
 
@@ -124,8 +133,14 @@ def _error_page(exc: Problem | InvalidInput, p: Principal | None, token: str | N
     status = exc.status if isinstance(exc, Problem) else (404 if isinstance(exc, UnknownAgentError) else 422)
     detail = exc.detail if isinstance(exc, Problem) else str(exc)
     ctx = _ctx(p, token) if p is not None and token else {}
-    return _page("error.html", http_status=status, status=status, title="refused" if status < 500 else "error",
-                 detail=detail, **ctx)
+    return _page(
+        "error.html",
+        http_status=status,
+        status=status,
+        title="refused" if status < 500 else "error",
+        detail=detail,
+        **ctx,
+    )
 
 
 def _guard(handler: Any) -> Any:
@@ -142,7 +157,9 @@ def _guard(handler: Any) -> Any:
         except (Problem, InvalidInput) as exc:
             if isinstance(exc, Problem) and exc.status == 429:
                 raise
-            return _error_page(exc, getattr(request.state, "principal", None), request.cookies.get(session.COOKIE))
+            return _error_page(
+                exc, getattr(request.state, "principal", None), request.cookies.get(session.COOKIE)
+            )
 
     return wrapped
 
@@ -171,16 +188,28 @@ async def login(request: Request) -> Response:
     form = await _form(request)
     expected = request.cookies.get(session.LOGIN_COOKIE)
     if not session.check_login(expected, form.get("csrf")):
-        return _page("error.html", http_status=403, status=403, title="refused", principal=None,
-                     detail="the login form expired or came from another site; open the login page again")
+        return _page(
+            "error.html",
+            http_status=403,
+            status=403,
+            title="refused",
+            principal=None,
+            detail="the login form expired or came from another site; open the login page again",
+        )
     svc = state(request)
     token = form.get("token", "").strip()
     try:
         p = await run_in_threadpool(svc.auth.verify, token)
         p.require("viewer")
     except Problem as exc:
-        return _page("login.html", http_status=401 if exc.status == 401 else 403, principal=None,
-                     error=f"login refused: {exc.detail}", login_csrf=expected, next=_next(request))
+        return _page(
+            "login.html",
+            http_status=401 if exc.status == 401 else 403,
+            principal=None,
+            error=f"login refused: {exc.detail}",
+            login_csrf=expected,
+            next=_next(request),
+        )
     redirect = RedirectResponse(_next(request), status_code=303)
     session.set_session(request, redirect, token)
     return redirect
@@ -189,7 +218,7 @@ async def login(request: Request) -> Response:
 @router.post("/logout")
 @_guard
 async def logout(request: Request) -> Response:
-    svc, p, token = await _principal(request)
+    _svc, _p, token = await _principal(request)
     form = await _form(request)
     if not session.check_csrf(token, form.get("csrf")):
         raise Problem(403, "csrf", "missing or wrong CSRF value")
@@ -214,16 +243,28 @@ async def agents_page(request: Request) -> Response:
 
     def load() -> tuple[list[dict[str, Any]], str | None]:
         with svc.read() as s:
-            agents, nxt = views.agent_summaries(s, prefix=p.agent_prefix, q=q, status=status, limit=50,
-                                                after=cursor)
+            agents, nxt = views.agent_summaries(
+                s, prefix=p.agent_prefix, q=q, status=status, limit=50, after=cursor
+            )
         spend = spend_today(svc, [a["agent_id"] for a in agents])
         for a in agents:
             a["spend_today_tokens"] = spend.get(a["agent_id"])
         return agents, nxt
 
     agents, nxt = await run_in_threadpool(load)
-    return _page("agents.html", **_ctx(p, token, agents=agents, next_cursor=nxt, q=q, status=status,
-                                        statuses=views.AGENT_STATUSES, flash=qp.get("done")))
+    return _page(
+        "agents.html",
+        **_ctx(
+            p,
+            token,
+            agents=agents,
+            next_cursor=nxt,
+            q=q,
+            status=status,
+            statuses=views.AGENT_STATUSES,
+            flash=qp.get("done"),
+        ),
+    )
 
 
 def render_agent(svc: ServiceState, p: Principal, token: str, agent_id: str, flash: str | None = None) -> str:
@@ -236,11 +277,27 @@ def render_agent(svc: ServiceState, p: Principal, token: str, agent_id: str, fla
         timeline = views.lineage_timeline(s, agent_id)
         lessons = views.regression_set(s, agent_id, summary["current_version"])
         audit = views.audit_dicts(db.audit_log(s, agent_id=agent_id, limit=20)) if p.has("operator") else []
-    spend = {"today": spend_today(svc, [agent_id]).get(agent_id),
-             "cap": svc.settings.consolidation.agent_daily_tokens, "stored": sum(r["tokens"] for r in series)}
-    ctx = _ctx(p, token, agent=summary, series=series, runs=runs, versions=versions, timeline=timeline,
-               lessons=lessons, audit=audit, spend=spend, more_runs=max(0, len(series) - len(runs)),
-               score_svg=plots.score_chart(series), token_svg=plots.token_chart(series), flash=flash)
+    spend = {
+        "today": spend_today(svc, [agent_id]).get(agent_id),
+        "cap": svc.settings.consolidation.agent_daily_tokens,
+        "stored": sum(r["tokens"] for r in series),
+    }
+    ctx = _ctx(
+        p,
+        token,
+        agent=summary,
+        series=series,
+        runs=runs,
+        versions=versions,
+        timeline=timeline,
+        lessons=lessons,
+        audit=audit,
+        spend=spend,
+        more_runs=max(0, len(series) - len(runs)),
+        score_svg=plots.score_chart(series),
+        token_svg=plots.token_chart(series),
+        flash=flash,
+    )
     return str(_ENV.get_template("agent.html").render(**ctx))
 
 
@@ -258,7 +315,8 @@ async def agent_page(request: Request, agent_id: str) -> Response:
 
 
 _QUESTIONS = {
-    "rollback": "Make {version} the agent's harness from its next turn? A consolidation running now will not adopt.",
+    "rollback": "Make {version} the agent's harness from its next turn? "
+    "A consolidation running now will not adopt.",
     "pin": "Make {version} the agent's harness and freeze the agent (no further consolidation)?",
     "freeze": "Stop consolidating this agent? Its turns are still recorded.",
     "unfreeze": "Resume consolidating this agent from its next turn?",
@@ -269,7 +327,7 @@ _QUESTIONS = {
 @router.get("/agents/{agent_id}/confirm")
 @_guard
 async def confirm_page(request: Request, agent_id: str) -> Response:
-    svc, p, token = await _principal(request)
+    _svc, p, token = await _principal(request)
     check_id(agent_id, "agent_id")
     p.check_agent(agent_id)
     p.require("operator")
@@ -280,8 +338,9 @@ async def confirm_page(request: Request, agent_id: str) -> Response:
     if action in ("rollback", "pin") and not version:
         raise Problem(422, "invalid-input", "version: choose a version")
     question = _QUESTIONS[action].format(version=_short(None if version == "h0" else version))
-    return _page("confirm.html", **_ctx(p, token, agent_id=agent_id, action=action, version=version,
-                                         question=question))
+    return _page(
+        "confirm.html", **_ctx(p, token, agent_id=agent_id, action=action, version=version, question=question)
+    )
 
 
 @router.post("/agents/{agent_id}/{action}")
@@ -297,8 +356,9 @@ async def act(request: Request, agent_id: str, action: str) -> Response:
     if action not in _ACTIONS:
         raise Problem(404, "not-found", "no such action")
     if action == "consolidate":
-        out = await run_in_threadpool(audited, svc, p, "consolidate", agent_id, None,
-                                      lambda: consolidate_now(svc, agent_id))
+        out = await run_in_threadpool(
+            audited, svc, p, "consolidate", agent_id, None, lambda: consolidate_now(svc, agent_id)
+        )
         done = f"consolidation {out['dispatched']}"
     else:
         body = {"version": form.get("version")} if action in ("rollback", "pin") else {}
@@ -316,16 +376,29 @@ async def run_page(request: Request, run_id: str) -> Response:
     rnd = result.get("round") or (run.get("params") or {}).get("round") or {}
     diff = None
     if run.get("adopted_version"):
-        diff = await run_in_threadpool(svc.client.diff, run["agent_id"], run.get("start_version"),
-                                       run["adopted_version"])
+        diff = await run_in_threadpool(
+            svc.client.diff, run["agent_id"], run.get("start_version"), run["adopted_version"]
+        )
     progress, refresh = None, None
     if run["status"] == "running":
         import dataclasses
 
         progress = dataclasses.asdict(await run_in_threadpool(svc.client.progress, run_id))
         refresh = 2
-    return _page("run.html", **_ctx(p, token, run=run, rnd=rnd, result=result, trials=run["trials"], diff=diff,
-                                     progress=progress, refresh_s=refresh))
+    return _page(
+        "run.html",
+        **_ctx(
+            p,
+            token,
+            run=run,
+            rnd=rnd,
+            result=result,
+            trials=run["trials"],
+            diff=diff,
+            progress=progress,
+            refresh_s=refresh,
+        ),
+    )
 
 
 @router.get("/agents/{agent_id}/diff")
@@ -337,8 +410,9 @@ async def diff_page(request: Request, agent_id: str) -> Response:
     v1, v2 = request.query_params.get("v1", "h0"), request.query_params.get("v2", "h0")
     versions = await run_in_threadpool(svc.client.lineage, agent_id)
     choices = ["h0", *[v.version for v in versions]]
-    text = await run_in_threadpool(svc.client.diff, agent_id, None if v1 == "h0" else v1,
-                                   None if v2 == "h0" else v2)
+    text = await run_in_threadpool(
+        svc.client.diff, agent_id, None if v1 == "h0" else v1, None if v2 == "h0" else v2
+    )
     return _page("diff.html", **_ctx(p, token, agent_id=agent_id, v1=v1, v2=v2, choices=choices, text=text))
 
 

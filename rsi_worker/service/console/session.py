@@ -23,8 +23,16 @@ import secrets
 from fastapi import Request, Response
 
 __all__ = [
-    "COOKIE", "LOGIN_COOKIE", "MAX_AGE_S", "check_csrf", "check_login", "clear_session", "csrf_for", "login_value",
-    "set_login_cookie", "set_session",
+    "COOKIE",
+    "LOGIN_COOKIE",
+    "MAX_AGE_S",
+    "check_csrf",
+    "check_login",
+    "clear_session",
+    "csrf_for",
+    "login_value",
+    "set_login_cookie",
+    "set_session",
 ]
 
 COOKIE = "rsi_console"
@@ -48,8 +56,9 @@ def check_csrf(token: str, given: str | None) -> bool:
 
 
 def set_session(request: Request, response: Response, token: str) -> None:
-    response.set_cookie(COOKIE, token, max_age=MAX_AGE_S, path=PATH, httponly=True, samesite="strict",
-                        secure=_secure(request))
+    response.set_cookie(
+        COOKIE, token, max_age=MAX_AGE_S, path=PATH, httponly=True, samesite="strict", secure=_secure(request)
+    )
     response.delete_cookie(LOGIN_COOKIE, path=PATH)
 
 
@@ -67,8 +76,15 @@ def login_value(request: Request) -> tuple[str, bool]:
 
 
 def set_login_cookie(request: Request, response: Response, value: str) -> None:
-    response.set_cookie(LOGIN_COOKIE, value, max_age=3600, path=PATH, httponly=True, samesite="strict",
-                        secure=_secure(request))
+    response.set_cookie(
+        LOGIN_COOKIE,
+        value,
+        max_age=3600,
+        path=PATH,
+        httponly=True,
+        samesite="strict",
+        secure=_secure(request),
+    )
 
 
 def check_login(expected: str | None, given: str | None) -> bool:

@@ -43,10 +43,12 @@ def test_record_turn_and_signals_over_http_answer_like_the_library(live: Live) -
         assert POSITIVE[0]["text"] not in str(err.value)
         with pytest.raises(UnknownAgentError):
             c.record_signals("nobody", "io-1", {"stars": 2})
-        with pytest.raises(InvalidInput, match="signals.stars"):
+        with pytest.raises(InvalidInput, match=r"signals\.stars"):
             c.record_signals("h1", "io-1", {"stars": 0})
-    with RsiHttpClient(live.url, live.tokens["viewer"], backoff_s=0, listen=False) as viewer, \
-            pytest.raises(AccessDenied, match="403"):
+    with (
+        RsiHttpClient(live.url, live.tokens["viewer"], backoff_s=0, listen=False) as viewer,
+        pytest.raises(AccessDenied, match="403"),
+    ):
         viewer.record_turn("h1", {"world": make_world("io-4")})
 
 
@@ -59,7 +61,8 @@ def test_current_harness_is_cached_and_revalidated_with_the_etag(live: Live) -> 
 
 
 def test_a_rollback_through_another_replica_reaches_the_client_by_the_stream(
-        live: Live, sqlite_engine: Any, redis_url: str) -> None:
+    live: Live, sqlite_engine: Any, redis_url: str
+) -> None:
     other = start_live(sqlite_engine, str(sqlite_engine.url), redis_url)  # a second replica
     try:
         host = live.http(live.tokens["host"])
@@ -75,7 +78,10 @@ def test_a_rollback_through_another_replica_reaches_the_client_by_the_stream(
             t0 = time.perf_counter()
             assert op.post("/v1/agents/h3/rollback", json={"version": v}).status_code == 200
             assert got.wait(30), "no harness event"
-            print(f"rollback via replica B -> event at a client of replica A: {1000 * (time.perf_counter() - t0):.1f} ms")
+            print(
+                "rollback via replica B -> event at a client of replica A: "
+                f"{1000 * (time.perf_counter() - t0):.1f} ms"
+            )
             assert seen[0]["agent_id"] == "h3" and seen[0]["version"] == v and seen[0]["change"] == "rollback"
             assert c.current_harness("h3").version == v  # only the stream could have dropped the entry
             got.clear()
@@ -87,7 +93,8 @@ def test_a_rollback_through_another_replica_reaches_the_client_by_the_stream(
 
 
 def test_an_adoption_by_a_real_worker_reaches_a_remote_client_without_polling(
-        tmp_path: Path, sqlite_engine: Any, redis_srv: RedisServer) -> None:
+    tmp_path: Path, sqlite_engine: Any, redis_srv: RedisServer
+) -> None:
     live = start_live(sqlite_engine, str(sqlite_engine.url), redis_srv.url)
     cluster = Cluster(tmp_path, str(sqlite_engine.url), redis_srv.url, n=1).start()
     events: list[tuple[float, dict[str, Any]]] = []
@@ -110,7 +117,10 @@ def test_an_adoption_by_a_real_worker_reaches_a_remote_client_without_polling(
             at, event = next((t, e) for t, e in events if e["change"] == "adoption")
             assert event["version"] == run.adopted_version and event["adopted_by"] == run.id
             assert run.finished_at is not None
-            print(f"adoption committed -> event at the remote client: {1000 * (at - run.finished_at.timestamp()):.0f} ms")
+            print(
+                "adoption committed -> event at the remote client: "
+                f"{1000 * (at - run.finished_at.timestamp()):.0f} ms"
+            )
             assert c.current_harness("shop").version == run.adopted_version
     finally:
         cluster.stop()

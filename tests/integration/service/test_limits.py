@@ -17,7 +17,8 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def test_a_token_over_its_rate_is_refused_with_retry_after_and_counted_in_redis(
-        make_live: Callable[..., Live], redis_url: str) -> None:
+    make_live: Callable[..., Live], redis_url: str
+) -> None:
     live = make_live()
     admin = live.http(live.tokens["admin"])
     made = admin.post("/v1/tokens", json={"name": "slow", "scopes": ["viewer"], "rate_per_min": 3}).json()
@@ -27,7 +28,9 @@ def test_a_token_over_its_rate_is_refused_with_retry_after_and_counted_in_redis(
     assert codes[3:] == [429, 429]
     r = slow.get("/v1/agents")
     assert r.status_code == 429 and r.json()["type"] == "urn:rsi:problem:rate-limited"
-    assert 1 <= int(r.headers["retry-after"]) <= 60 and r.json()["retry_after_s"] == int(r.headers["retry-after"])
+    assert 1 <= int(r.headers["retry-after"]) <= 60 and r.json()["retry_after_s"] == int(
+        r.headers["retry-after"]
+    )
     # other tokens are not affected; the window lives in Redis (shared by every replica)
     assert admin.get("/v1/agents").status_code == 200
     rc = redis_client(redis_url)
@@ -45,7 +48,9 @@ def test_the_service_default_rate_applies_to_tokens_without_their_own(make_live:
     assert [viewer.get("/v1/agents").status_code for _ in range(3)] == [200, 200, 429]
 
 
-def test_bodies_over_their_limit_are_refused_before_anything_is_stored(make_live: Callable[..., Live]) -> None:
+def test_bodies_over_their_limit_are_refused_before_anything_is_stored(
+    make_live: Callable[..., Live],
+) -> None:
     live = make_live(api_max_body_bytes=20_000)
     host = live.http(live.tokens["host"])
     before = row_counts(live.engine)
@@ -65,12 +70,17 @@ def test_bodies_over_their_limit_are_refused_before_anything_is_stored(make_live
     assert r.status_code == 413
     # every other endpoint takes at most 64 KB
     op = live.http(live.tokens["operator"])
-    r = op.post("/v1/agents/lim/freeze", content=b"{" + b" " * 70_000 + b"}",
-                headers={"Content-Type": "application/json"})
+    r = op.post(
+        "/v1/agents/lim/freeze",
+        content=b"{" + b" " * 70_000 + b"}",
+        headers={"Content-Type": "application/json"},
+    )
     assert r.status_code == 413
     assert row_counts(live.engine) == before
     # a turn under the limit is stored
-    assert host.post("/v1/agents/lim/turns", json={"world": make_world("io-ok", agent="lim")}).status_code == 200
+    assert (
+        host.post("/v1/agents/lim/turns", json={"world": make_world("io-ok", agent="lim")}).status_code == 200
+    )
 
 
 def test_invalid_input_is_a_problem_naming_the_field_and_nothing_is_stored(live: Live) -> None:
@@ -113,8 +123,10 @@ def test_a_credential_is_refused_and_never_echoed(live: Live) -> None:
     host = live.http(live.tokens["host"])
     before = row_counts(live.engine)
     entry = POSITIVE[0]
-    for body in ({"world": make_world("io-c", input=f"my key is {entry['text']}")},
-                 {"world": make_world("io-c"), "signals": {"comment": f"use {entry['text']}"}}):
+    for body in (
+        {"world": make_world("io-c", input=f"my key is {entry['text']}")},
+        {"world": make_world("io-c"), "signals": {"comment": f"use {entry['text']}"}},
+    ):
         r = host.post("/v1/agents/cred/turns", json=body)
         assert r.status_code == 422, r.text
         assert r.json()["error"] == "CredentialError"
@@ -135,6 +147,9 @@ def test_unknown_agent_version_and_run_are_404_problems(live: Live) -> None:
     r = op.post("/v1/agents/known/rollback", json={"versio": "h0"})
     assert r.status_code == 422
     entries = op.get("/v1/audit?agent_id=known").json()["entries"]
-    assert [(e["action"], e["outcome"]) for e in entries] == [("rollback", "refused"), ("rollback", "refused")]
+    assert [(e["action"], e["outcome"]) for e in entries] == [
+        ("rollback", "refused"),
+        ("rollback", "refused"),
+    ]
     assert entries[1]["detail"]["type"] == "UnknownVersionError"
     assert all(e["token_name"] == "test-operator" for e in entries)

@@ -63,8 +63,12 @@ CALLS = [
     Call("POST", "/v1/tokens", "admin", {"name": "made", "scopes": ["viewer"]}, ok=201),
     Call("DELETE", "/v1/tokens/{token}", "admin"),
 ]
-IMPLIED = {"host": {"host"}, "viewer": {"viewer"}, "operator": {"operator", "viewer"},
-           "admin": {"admin", "operator", "viewer", "host"}}
+IMPLIED = {
+    "host": {"host"},
+    "viewer": {"viewer"},
+    "operator": {"operator", "viewer"},
+    "admin": {"admin", "operator", "viewer", "host"},
+}
 CALLERS = ("none", "bogus", *SCOPES)
 
 
@@ -73,7 +77,10 @@ def _seed(live: Live) -> dict[str, str]:
     sessions = live.svc.sessions
     http = live.http(live.tokens["host"])
     for agent, io in (("ma", "io-m1"), ("mb", "io-b1")):
-        assert http.post(f"/v1/agents/{agent}/turns", json={"world": make_world(io, agent=agent)}).status_code == 200
+        assert (
+            http.post(f"/v1/agents/{agent}/turns", json={"world": make_world(io, agent=agent)}).status_code
+            == 200
+        )
     v = store_version(sessions, "ma", variant("matrix"))
     with sessions.begin() as s:
         run = db.skip_run(s, "ma", io_id="io-m1", reason="matrix")
@@ -121,7 +128,9 @@ def test_every_endpoint_answers_every_scope_as_the_table_says(live: Live) -> Non
     for call in CALLS:
         for caller in CALLERS:
             if call.path.startswith("/v1/tokens/{token}"):
-                names["token"] = admin.post("/v1/tokens", json={"name": "doomed", "scopes": ["host"]}).json()["id"]
+                names["token"] = admin.post("/v1/tokens", json={"name": "doomed", "scopes": ["host"]}).json()[
+                    "id"
+                ]
             key = (f"{call.method} {call.path}", caller)
             got[key] = _send(clients[caller], call, names)
             want[key] = _expected(call, caller)
@@ -176,8 +185,12 @@ TENANT_CALLS: list[tuple[str, str, Callable[[str], Any]]] = [
 def test_a_tenant_token_sees_and_changes_only_its_prefix(live: Live) -> None:
     host = live.http(live.tokens["host"])
     for agent in ("acme-1", "other-1"):
-        assert host.post(f"/v1/agents/{agent}/turns",
-                         json={"world": make_world("io-t1", agent=agent)}).status_code == 200
+        assert (
+            host.post(
+                f"/v1/agents/{agent}/turns", json={"world": make_world("io-t1", agent=agent)}
+            ).status_code
+            == 200
+        )
     with live.svc.sessions.begin() as s:
         run_other = db.skip_run(s, "other-1", io_id="io-t1", reason="tenant").id
         run_acme = db.skip_run(s, "acme-1", io_id="io-t1", reason="tenant").id
