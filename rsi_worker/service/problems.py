@@ -6,7 +6,7 @@ Every error the service answers is ``application/problem+json``::
      "detail": "signals.stars: must be an integer 1..5 or null, got str", "instance": "/v1/…"}
 
 ``detail`` is the library's own message (it starts with the field path and never holds a value that
-could be a secret: docs/security/input-boundary.md), or a fixed sentence for backend failures — a
+could be secret; see docs/security/input-boundary.md), or a fixed sentence for backend failures — a
 database or Redis error is named by its kind only, never by its message. Extension members:
 ``error`` (the library's error class) on input errors, ``retry_after_s`` on 429 and 503.
 """
