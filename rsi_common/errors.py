@@ -15,6 +15,7 @@ Failures are stored as data (:func:`rsi_common.stored.error_record`), never pick
 from __future__ import annotations
 
 __all__ = [
+    "AccessDenied",
     "BrokerUnavailable",
     "CoordinationError",
     "CredentialError",
@@ -34,6 +35,7 @@ __all__ = [
     "PathEscapeError",
     "ReplayFailure",
     "RsiError",
+    "ServiceUnavailable",
     "SettingsError",
     "TamperError",
     "UnknownAgentError",
@@ -103,6 +105,11 @@ class UnknownAgentError(InvalidInput, KeyError):
         return str(self.args[0]) if self.args else "unknown agent"
 
 
+class AccessDenied(InvalidInput):
+    """The service refused the caller's token (401: missing, unknown or revoked; 403: a scope is
+    missing or the agent is outside the token's prefix). Never retried."""
+
+
 class UnknownVersionError(InvalidInput, KeyError):
     """No stored harness version with this id exists for the agent."""
 
@@ -130,6 +137,11 @@ class BrokerUnavailable(InfrastructureError):
     A host never sees it from ``RsiClient.record_turn``: the world stays stored and un-enqueued, and
     the sweeper hands it off later.
     """
+
+
+class ServiceUnavailable(InfrastructureError):
+    """The rsi-worker service could not be reached, or kept answering 429 / 5xx, after the client's
+    retries (``rsi_common.http_client``)."""
 
 
 class ModelError(RsiError):
