@@ -16,8 +16,8 @@ Celery's own tools (``celery -A``, Flower) load the module-level app of
 :mod:`rsi_worker.cluster.celery_app` (``celery -A rsi_worker.cluster.celery_app …``), which
 :func:`app_from_env` builds on first use. The app's queues (``task_queues``) are the project's
 (:data:`~rsi_common.dispatch.QUEUES`), so ``celery purge`` and Flower's broker view default to them.
-Task events name their queue and task results leave a worker as a brief
-(:mod:`rsi_worker.cluster.events`).
+Task events name their queue; task results and the argument reprs of sent tasks leave a worker as a
+brief (:mod:`rsi_worker.cluster.events`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from celery import Celery, signals
 from rsi_common.config import Settings
 from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUE_JUDGE, QUEUE_REPLAY, QUEUES, celery_queue
 from rsi_common.errors import SettingsError
-from rsi_worker.cluster.events import BriefTask, QueueEvents, connect_queue_events
+from rsi_worker.cluster.events import BriefAMQP, BriefTask, QueueEvents, connect_queue_events
 from rsi_worker.cluster.tasks import register
 from rsi_worker.cluster.worker import DELIVERY_TTL_S, WorkerContext
 from rsi_worker.observability.logs import connect_task_context
@@ -87,7 +87,7 @@ def create_app(settings: Settings, *, name: str = "rsi") -> Celery:
     """
     broker, backend = broker_urls(settings)
     app = Celery(name, broker=broker, backend=backend, set_as_current=False, events=QueueEvents,
-                 task_cls=BriefTask)
+                 task_cls=BriefTask, amqp=BriefAMQP)
     # Unacked messages of a dead worker come back after the visibility timeout: scan for them on
     # every restore cycle (kombu's default throttle would make that ~100 s), and never let a dead
     # worker's restore mutex block the others for longer than a few cycles.

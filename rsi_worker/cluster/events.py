@@ -1,4 +1,4 @@
-"""Task events that name their queue, and task results that leave a worker as a brief.
+"""Task events that name their queue; task results and arguments that leave a worker as a brief.
 
 **Queue on every event.** Celery puts ``queue`` only on ``task-sent``; Flower and the Celery
 Prometheus exporter label a task's later events with the queue their event state last saw. The
@@ -13,9 +13,12 @@ one.
 the scalar fields of a task's return value: a dict keeps its string (cut to
 :data:`BRIEF_TEXT_CHARS`), number, boolean and null fields and drops nested values; a string is
 cut the same way. That brief is what the result backend stores (and chord bodies receive), and what
-``task-succeeded`` events (Flower, the exporter) carry. A trial's replay, with the model's answers,
-and a draft's gate report stay in the database (docs/operations.md, "What Flower and the result
-backend see").
+``task-succeeded`` events (Flower, the exporter) carry. :class:`BriefAMQP` (the app's message
+builder) likewise writes the ``argsrepr`` / ``kwargsrepr`` of every message the app sends — what
+task events, ``inspect active`` and Flower show as a task's arguments — from the brief of each
+argument: a trial slot's cached replay and a chord body's member results are not shown. A trial's
+replay, with the model's answers, and a draft's gate report stay in the database
+(docs/operations.md, "What Flower and the result backend see").
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from collections import OrderedDict
 from typing import Any
 
 from celery import Task, signals
+from celery.app.amqp import AMQP
 from celery.app.events import Events
 from celery.events.dispatcher import EventDispatcher
+from celery.utils.saferepr import saferepr
 
-__all__ = ["BRIEF_TEXT_CHARS", "BriefTask", "QueueEventDispatcher", "QueueEvents", "brief",
+__all__ = ["BRIEF_TEXT_CHARS", "BriefAMQP", "BriefTask", "QueueEventDispatcher", "QueueEvents", "brief",
            "connect_queue_events"]
 
 BRIEF_TEXT_CHARS = 200
@@ -59,6 +64,19 @@ class BriefTask(Task):  # type: ignore[misc]  # Celery ships no type hints
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return brief(super().__call__(*args, **kwargs))
+
+
+class BriefAMQP(AMQP):  # type: ignore[misc]
+    """Celery's message builder, with ``argsrepr`` / ``kwargsrepr`` made from the :func:`brief` of
+    each argument (an explicit ``argsrepr`` / ``kwargsrepr`` is kept)."""
+
+    def as_task_v2(self, task_id: str, name: str, args: Any = None, kwargs: Any = None, *more: Any,
+                   **options: Any) -> Any:
+        if options.get("argsrepr") is None and isinstance(args, (list, tuple)):
+            options["argsrepr"] = saferepr([brief(a) for a in args], self.argsrepr_maxsize)
+        if options.get("kwargsrepr") is None and isinstance(kwargs, dict):
+            options["kwargsrepr"] = saferepr(brief(kwargs), self.kwargsrepr_maxsize)
+        return super().as_task_v2(task_id, name, args, kwargs, *more, **options)
 
 
 class QueueEventDispatcher(EventDispatcher):  # type: ignore[misc]

@@ -169,6 +169,10 @@ def test_every_task_event_of_a_run_names_its_queue(tmp_path: Path, redis_srv: Re
     trials = [e for e in events if e["type"] == "task-succeeded" and names[e["uuid"]] == "rsi.replay_trial"]
     briefs = [ast.literal_eval(e["result"]) for e in trials]  # the events carry the result's repr
     assert briefs and all(b["status"] and b["candidate"] and "result" not in b for b in briefs), briefs
+    slots = [ast.literal_eval(e["args"])[1] for e in events
+             if e["type"] == "task-received" and names[e["uuid"]] == "rsi.replay_trial"]
+    assert slots and all(s.keys() <= {"candidate", "world_id", "trial", "source", "reuse"} for s in slots)
+    assert all(s.get("reuse") is None for s in slots)  # a reused replay's answers are not shown
 
 
 def test_purge_empties_the_project_queues(redis_srv: RedisServer, tools_env: dict[str, str]) -> None:
