@@ -24,7 +24,7 @@ import pytest
 import redis
 
 from rsi_common.config import Settings
-from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUES, TASK_CONSOLIDATE, KombuDispatcher
+from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUE_REPLAY, QUEUES, TASK_CONSOLIDATE, KombuDispatcher
 from rsi_worker.cluster.app import TASK_ROUTES, create_app
 from rsi_worker.local.servers import RedisServer
 from tests.integration.cluster.test_distributed import corrected, stack_for
@@ -50,9 +50,10 @@ def wait_for(what: str, predicate: Callable[[], Any], timeout_s: float = 60.0) -
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def replies(env: dict[str, str], command: str) -> dict[str, Any]:
-    """``celery inspect <command> --json``: ``{node: reply}`` ({} when no worker answered)."""
-    out = celery(env, "inspect", command, "-t", "5", "--json")
+def replies(env: dict[str, str], command: str, node: str | None = None) -> dict[str, Any]:
+    """``celery inspect <command> --json`` (of ``node`` only, if given: no wait for other nodes):
+    ``{node: reply}`` ({} when no worker answered)."""
+    out = celery(env, "inspect", command, "-t", "5", "--json", *(["-d", node] if node else []))
     if out.returncode != 0:
         return {}
     reply: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -111,10 +112,18 @@ def test_celery_a_loads_the_app_and_inspects_the_workers(tmp_path: Path, redis_s
         pong = wait_for("a worker to answer ping", lambda: replies(tools_env, "ping"))
         ((node, answer),) = pong.items()
         assert node.startswith("w0-") and answer == {"ok": "pong"}
-        registered = replies(tools_env, "registered")[node]
+        registered = replies(tools_env, "registered", node)[node]
         assert set(TASK_ROUTES) <= set(registered)
-        queues = {q["name"] for q in replies(tools_env, "active_queues")[node]}
-        assert queues == set(QUEUES)
+
+        def consumed() -> set[str]:
+            return {q["name"] for q in replies(tools_env, "active_queues", node).get(node, [])}
+
+        assert consumed() == set(QUEUES)
+        steps = (("cancel_consumer", set(QUEUES) - {QUEUE_REPLAY}), ("add_consumer", set(QUEUES)))
+        for command, expected in steps:
+            out = celery(tools_env, "control", command, QUEUE_REPLAY, "-d", node, "-t", "5")
+            assert out.returncode == 0 and node in out.stdout, out.stdout + out.stderr
+            assert consumed() == expected, command
     bare = {k: v for k, v in tools_env.items() if k != "RSI_REDIS_URL"}
     refused = celery(bare, "inspect", "ping")
     assert refused.returncode != 0 and "RSI_REDIS_URL" in refused.stderr
