@@ -24,6 +24,15 @@ Wire format (what :func:`task_message` builds, checked against a real Celery wor
   default definition (queue = direct exchange = routing key) on the first publish of each pooled
   connection, as the workers declare it.
 
+Task events: like Celery's own ``send_task`` with ``task_send_sent_event`` on (the project's workers
+turn it on), each published message is followed by a **task-sent event** (:func:`sent_event`) on
+Celery's event exchange ``celeryev`` (fanout on Redis, topic elsewhere; routing key ``task.sent``;
+JSON; transient; message header ``hostname``), so Flower and the Celery Prometheus exporter see
+host-enqueued tasks with their sent time, queue and routing key. The event carries the message's
+``argsrepr`` / ``kwargsrepr``, never the arguments themselves. It is best effort, as in Celery: a
+failure to publish it is logged and does not fail the enqueue (the task message is already on its
+queue).
+
 Failure contract: :meth:`Dispatcher.enqueue` either returns the task id or raises
 :class:`~rsi_common.errors.BrokerUnavailable` within about ``timeout_s`` (default 1 s: connect and
 socket timeouts, no connection retries, no publish retries). A turn therefore never blocks on a
@@ -34,10 +43,13 @@ whose lease is no longer valid (the consolidate task's first lease renewal fails
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +65,7 @@ from rsi_common.errors import BrokerUnavailable, InvalidInput
 __all__ = [
     "ARGSREPR_MAX_CHARS",
     "DEFAULT_DISPATCH_TIMEOUT_S",
+    "EVENT_EXCHANGE",
     "QUEUES",
     "QUEUE_CONSOLIDATE",
     "QUEUE_JUDGE",
@@ -66,8 +79,11 @@ __all__ = [
     "celery_queue",
     "kombu_url",
     "redis_py_url",
+    "sent_event",
     "task_message",
 ]
+
+log = logging.getLogger(__name__)
 
 TASK_CONSOLIDATE = "rsi.consolidate"
 """Task name of ``consolidate(agent_id, io_id, token, fence)`` (SPEC §3.12.1)."""
@@ -84,6 +100,10 @@ DEFAULT_DISPATCH_TIMEOUT_S = 1.0
 for a pooled producer)."""
 ARGSREPR_MAX_CHARS = 1024
 """``argsrepr`` / ``kwargsrepr`` are cut to this many characters (Celery's default size)."""
+EVENT_EXCHANGE = "celeryev"
+"""Celery's event exchange (its ``event_exchange`` setting, left at the default by the workers)."""
+_FANOUT_EVENT_TRANSPORTS = frozenset({"redis", "gcpubsub"})
+"""Transports on which Celery declares the event exchange as fanout (topic elsewhere)."""
 
 
 class Dispatcher(Protocol):
@@ -170,6 +190,30 @@ def task_message(
     return TaskMessage(tid, headers, properties, body)
 
 
+def _utcoffset_h() -> float:
+    """This host's offset to UTC in hours, as Celery's events carry it (west of UTC positive)."""
+    return (time.altzone if time.localtime().tm_isdst else time.timezone) / 3600
+
+
+def sent_event(
+    message: TaskMessage, queue: str, *, clock: int, timestamp: float | None = None
+) -> dict[str, Any]:
+    """The ``task-sent`` event of ``message`` published to ``queue`` through the default exchange,
+    with the fields Celery's ``send_task`` gives it (``uuid``, ``root_id``, ``parent_id``, ``name``,
+    ``args`` / ``kwargs`` = the message's ``argsrepr`` / ``kwargsrepr``, ``retries``, ``eta``,
+    ``expires``, ``queue``, ``exchange`` ``""``, ``routing_key`` = ``queue``) and those its event
+    dispatcher adds (``hostname`` = the message's origin, ``utcoffset`` in hours, ``pid``, ``clock``
+    — this process's logical clock —, ``timestamp`` in seconds since the epoch, ``type``)."""
+    h = message.headers
+    return {
+        "uuid": message.task_id, "root_id": h["root_id"], "parent_id": h["parent_id"], "name": h["task"],
+        "args": h["argsrepr"], "kwargs": h["kwargsrepr"], "retries": h["retries"], "eta": h["eta"],
+        "expires": h["expires"], "queue": queue, "exchange": "", "routing_key": queue,
+        "hostname": h["origin"], "utcoffset": _utcoffset_h(), "pid": os.getpid(), "clock": clock,
+        "timestamp": time.time() if timestamp is None else timestamp, "type": "task-sent",
+    }
+
+
 def kombu_url(url: str) -> str:
     """The kombu spelling of a Redis URL: redis-py's ``unix://<path>`` → ``redis+socket://<path>``;
     every other URL unchanged."""
@@ -203,6 +247,7 @@ class KombuDispatcher:
             Connection retries are off (``max_retries`` 0) and publishing is never retried.
         pool_limit: producers (and connections) kept per dispatcher.
         ignore_result: the ``ignore_result`` header of every message.
+        send_sent_event: publish a ``task-sent`` event after each message (module docstring).
     """
 
     def __init__(
@@ -213,6 +258,7 @@ class KombuDispatcher:
         timeout_s: float = DEFAULT_DISPATCH_TIMEOUT_S,
         pool_limit: int = 10,
         ignore_result: bool = True,
+        send_sent_event: bool = True,
     ) -> None:
         if not timeout_s > 0 or pool_limit < 1:
             raise InvalidInput("timeout_s must be > 0 and pool_limit >= 1")
@@ -225,6 +271,10 @@ class KombuDispatcher:
         self._connection = _Connection(kombu_url(broker_url), transport_options=options,
                                       connect_timeout=timeout_s)
         self._producers = _ProducerPool(self._connection.Pool(limit=pool_limit), limit=pool_limit)
+        self.send_sent_event = send_sent_event
+        fanout = self._connection.transport.driver_type in _FANOUT_EVENT_TRANSPORTS
+        self._event_exchange = _Exchange(EVENT_EXCHANGE, type="fanout" if fanout else "topic")
+        self._clock = itertools.count(1)
         self._queues: dict[str, KombuQueue] = {}
         self._lock = threading.Lock()
         self._errors: tuple[type[BaseException], ...] = (
@@ -251,13 +301,32 @@ class KombuDispatcher:
         except self._errors as exc:
             raise BrokerUnavailable(f"broker unreachable: {type(exc).__name__}: {exc}") from None
         try:
-            self._publish(producer, message, target)
-        except self._errors as exc:
-            self._reset(producer)
-            raise BrokerUnavailable(f"broker unreachable: {type(exc).__name__}: {exc}") from None
+            try:
+                self._publish(producer, message, target)
+            except self._errors as exc:
+                self._reset(producer)
+                raise BrokerUnavailable(f"broker unreachable: {type(exc).__name__}: {exc}") from None
+            if self.send_sent_event:
+                self._publish_sent_event(producer, message, target.name)
         finally:
             producer.release()
         return message.task_id
+
+    def _publish_sent_event(self, producer: Any, message: TaskMessage, queue: str) -> None:
+        """Publish the ``task-sent`` event of ``message``; a failure is logged, never raised."""
+        with self._lock:
+            clock = next(self._clock)
+        event = sent_event(message, queue, clock=clock)
+        try:
+            producer.publish(
+                event, exchange=self._event_exchange.name, routing_key="task.sent",
+                declare=[self._event_exchange], retry=False, serializer="json",
+                headers={"hostname": event["hostname"]}, delivery_mode=1,
+            )
+        except self._errors as exc:
+            self._reset(producer)
+            log.warning("task %s enqueued; its task-sent event was not published (%s)", message.task_id,
+                        type(exc).__name__)
 
     @staticmethod
     def _publish(producer: Any, message: TaskMessage, queue: KombuQueue) -> None:

@@ -1,7 +1,11 @@
 """The Celery cluster (ARCHITECTURE §1, §3, §5): the app, its tasks, the sweeper, the recovery rules.
 
-* :mod:`~rsi_worker.cluster.app` — :func:`create_app`: settings, queue routing, the beat schedule
-  and the ``celery -A rsi_worker.cluster.app:app_from_env`` hook;
+* :mod:`~rsi_worker.cluster.app` — :func:`create_app`: settings, queue routing, the beat schedule;
+  :func:`app_from_env`, which builds the module-level app of
+  :mod:`~rsi_worker.cluster.celery_app` that ``celery -A rsi_worker.cluster.celery_app`` and Flower
+  load;
+* :mod:`~rsi_worker.cluster.events` — task events that name their queue; task results that leave a
+  worker as a brief;
 * :mod:`~rsi_worker.cluster.worker` — :class:`WorkerContext`: one worker process's connections,
   metrics server and delivery counts;
 * :mod:`~rsi_worker.cluster.tasks` — thin Celery tasks over the pipeline steps of

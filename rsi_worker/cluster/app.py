@@ -11,6 +11,13 @@ and ``task_reject_on_worker_lost``: a task whose worker dies is delivered again 
 pool child dies, after ``visibility_timeout_s`` when the whole node dies). Every task is
 idempotent (see each task's docstring); :meth:`~rsi_worker.cluster.worker.WorkerContext.count_delivery`
 caps redeliveries.
+
+Celery's own tools (``celery -A``, Flower) load the module-level app of
+:mod:`rsi_worker.cluster.celery_app` (``celery -A rsi_worker.cluster.celery_app …``), which
+:func:`app_from_env` builds on first use. The app's queues (``task_queues``) are the project's
+(:data:`~rsi_common.dispatch.QUEUES`), so ``celery purge`` and Flower's broker view default to them.
+Task events name their queue; task results and the argument reprs of sent tasks leave a worker as a
+brief (:mod:`rsi_worker.cluster.events`).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from celery import Celery, signals
 from rsi_common.config import Settings
 from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUE_JUDGE, QUEUE_REPLAY, QUEUES, celery_queue
 from rsi_common.errors import SettingsError
+from rsi_worker.cluster.events import BriefAMQP, BriefTask, QueueEvents, connect_queue_events
 from rsi_worker.cluster.tasks import register
 from rsi_worker.cluster.worker import DELIVERY_TTL_S, WorkerContext
 from rsi_worker.observability.logs import connect_task_context
@@ -78,7 +86,8 @@ def create_app(settings: Settings, *, name: str = "rsi") -> Celery:
     sweeper on the beat schedule every ``sweep_interval_s``.
     """
     broker, backend = broker_urls(settings)
-    app = Celery(name, broker=broker, backend=backend, set_as_current=False)
+    app = Celery(name, broker=broker, backend=backend, set_as_current=False, events=QueueEvents,
+                 task_cls=BriefTask, amqp=BriefAMQP)
     # Unacked messages of a dead worker come back after the visibility timeout: scan for them on
     # every restore cycle (kombu's default throttle would make that ~100 s), and never let a dead
     # worker's restore mutex block the others for longer than a few cycles.
@@ -116,12 +125,14 @@ def create_app(settings: Settings, *, name: str = "rsi") -> Celery:
     signals.worker_init.connect(_on_worker_init, weak=False, dispatch_uid="rsi-worker-init")
     signals.worker_shutdown.connect(_on_worker_shutdown, weak=False, dispatch_uid="rsi-worker-shutdown")
     connect_task_context()
+    connect_queue_events()
     register(app, ctx)
     return app
 
 
 def app_from_env() -> Any:
-    """The app of this process's environment (the ``celery -A rsi_worker.cluster.app:app_from_env`` hook).
+    """The app of this process's environment: what ``rsi_worker.cluster.celery_app.app`` (the app
+    ``celery -A rsi_worker.cluster.celery_app`` and Flower load) is built with on first use.
 
     Raises:
         SettingsError: invalid settings, or no ``RSI_REDIS_URL``: a Celery process started this way

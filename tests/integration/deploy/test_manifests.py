@@ -35,8 +35,8 @@ K8S = REPO / "deploy" / "k8s"
 PROMETHEUS = REPO / "deploy" / "prometheus" / "prometheus.yml"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
 RSI_IMAGE = "rsi-worker"
-CELERY_PLUGINS = {"flower"}
-"""Celery sub-commands provided by third-party images (not installed here)."""
+CELERY_APP = "rsi_worker.cluster.celery_app"
+"""The app path every Celery tool of the deploy files takes (``celery -A``)."""
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -50,8 +50,15 @@ def services() -> dict[str, dict[str, Any]]:
 
 
 def rsi_services() -> dict[str, dict[str, Any]]:
-    """Compose services that run the project's image."""
-    return {n: s for n, s in services().items() if str(s.get("image", "")).startswith(RSI_IMAGE)}
+    """Compose services that run the project's image with its entrypoint (``rsi``)."""
+    return {n: s for n, s in services().items()
+            if str(s.get("image", "")).startswith(RSI_IMAGE) and "entrypoint" not in s}
+
+
+def celery_services() -> dict[str, dict[str, Any]]:
+    """Compose services that run Celery's CLI (Flower included) from the project's image."""
+    return {n: s for n, s in services().items()
+            if str(s.get("image", "")).startswith(RSI_IMAGE) and s.get("entrypoint") == ["celery"]}
 
 
 def k8s_docs() -> list[tuple[str, dict[str, Any]]]:
@@ -79,6 +86,20 @@ def pod_specs() -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def rsi_containers() -> Iterator[tuple[str, dict[str, Any]]]:
+    """Containers of the project's image that run its entrypoint (``rsi``)."""
+    for name, c in image_containers():
+        if c.get("command") != ["celery"]:
+            yield name, c
+
+
+def celery_containers() -> Iterator[tuple[str, dict[str, Any]]]:
+    """Containers of the project's image that run Celery's CLI (Flower included)."""
+    for name, c in image_containers():
+        if c.get("command") == ["celery"]:
+            yield name, c
+
+
+def image_containers() -> Iterator[tuple[str, dict[str, Any]]]:
     for name, spec in pod_specs():
         for c in spec["containers"]:
             if c["image"].split(":")[0] == RSI_IMAGE:
@@ -167,12 +188,19 @@ def rsi(argv: list[str]) -> list[str]:
 
 
 def celery_cli(argv: list[str]) -> list[str]:
-    from celery.bin.celery import celery
+    from celery.bin.celery import celery  # with Flower installed (dev extra), `celery flower` too
 
-    names = [a for a in argv if not a.startswith("-")]
-    if names and names[0] in CELERY_PLUGINS:
-        return [names[0]]
     return resolve(celery, argv, "celery")[0]
+
+
+def app_of(argv: list[str]) -> str | None:
+    """The ``-A`` / ``--app`` of a ``celery`` command line (without the leading ``celery``)."""
+    for i, arg in enumerate(argv):
+        if arg in ("-A", "--app"):
+            return argv[i + 1]
+        if arg.startswith("--app="):
+            return arg.split("=", 1)[1]
+    return None
 
 
 def queues_of(argv: list[str]) -> list[str]:
@@ -275,11 +303,13 @@ def test_every_command_exists() -> None:
                 argv = shlex.split(cmd[2]) if cmd[:2] == ["sh", "-c"] else list(cmd)
                 assert argv[0] == "celery", cmd
                 assert celery_cli(argv[1:])[0] == "inspect" and "ping" in argv, cmd
+                assert app_of(argv[1:]) == CELERY_APP, cmd
     (cmd,) = [json.loads(r) for r in instructions("CMD")]
     (entrypoint,) = [json.loads(r) for r in instructions("ENTRYPOINT")]
     assert entrypoint == ["rsi"] and rsi(cmd) == ["worker"]
-    flower = services()["flower"]["command"]
-    assert flower[0] == "celery" and celery_cli(flower[1:]) == ["flower"]
+    assert celery_cli(list(services()["flower"]["command"])) == ["flower"]
+    (flower,) = [c for name, c in celery_containers() if name == "rsi-flower"]
+    assert celery_cli(list(flower["args"])) == ["flower"]
     assert rsi(["db", "upgrade"]) == ["db", "upgrade"]
     for bad in (["worker", "-Q", "replay,bogus"], ["db", "downgrade"], ["worker", "--no-such-option"]):
         with pytest.raises((typer.TyperException, click.UsageError)):  # rejects what is not there
@@ -389,8 +419,7 @@ def test_prometheus_scrapes_what_the_workers_and_exporter_expose() -> None:
     broker = next(a.split("=", 1)[1] for a in exporter["command"] if a.startswith("--broker-url="))
     assert broker == compose_env(rsi_services()["beat"])["RSI_REDIS_URL"]
     assert jobs["celery-exporter"]["static_configs"][0]["targets"] == [f"celery-exporter:{exporter_port}"]
-    flower = services()["flower"]["command"]
-    assert f"--broker={broker}" in flower
+    assert compose_env(services()["flower"])["RSI_REDIS_URL"] == broker
     for job in jobs.values():
         for static in job.get("static_configs", []):
             for target in static["targets"]:
@@ -449,3 +478,41 @@ def test_the_service_is_deployed_with_http_probes() -> None:
     assert svc["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     assert svc["ports"][0]["targetPort"] == "http"
     assert dep["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_celery_tools_take_the_project_app_and_flower_asks_for_a_login(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every Celery tool of the deploy files runs ``celery -A rsi_worker.cluster.celery_app`` (never a
+    bare broker URL, which would purge and inspect Celery's default queue); Flower takes its login
+    from the environment (compose: a required variable; k8s: a Secret), its API is never opened
+    without one, and it is published on loopback (compose) or a ClusterIP Service (k8s) only."""
+    import importlib.util
+
+    assert importlib.util.find_spec(CELERY_APP) is not None  # its app: tests/unit/test_celery_app.py
+    tools = [("compose " + n, list(s["command"])) for n, s in celery_services().items()]
+    tools += [("k8s " + n, list(c["args"])) for n, c in celery_containers()]
+    assert {name for name, _ in tools} == {"compose flower", "k8s rsi-flower"}
+    for name, argv in tools:
+        assert app_of(argv) == CELERY_APP and not any(a.startswith(("-b", "--broker")) for a in argv), name
+    for path in [COMPOSE, *K8S.glob("*.yaml")]:
+        assert "FLOWER_UNAUTHENTICATED_API" not in path.read_text(encoding="utf-8"), path.name
+    flower = services()["flower"]
+    login = str(flower["environment"]["FLOWER_BASIC_AUTH"])
+    assert re.fullmatch(r"\$\{FLOWER_BASIC_AUTH:\?[^}]+\}", login), "a required variable, no default"
+    assert flower["ports"] and all(str(p).startswith("127.0.0.1:") for p in flower["ports"])
+    assert all(str(p).startswith("127.0.0.1:") for p in services()["celery-exporter"]["ports"])
+    assert not [k for k in compose_env(flower) if k.endswith(("_API_KEY", "DATABASE_URL"))]
+    settings_from({k: v for k, v in compose_env(flower).items() if k.startswith("RSI_")}, monkeypatch)
+    (c,) = [c for name, c in celery_containers() if name == "rsi-flower"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["FLOWER_BASIC_AUTH"]["valueFrom"]["secretKeyRef"]["key"] == "FLOWER_BASIC_AUTH"
+    assert env["RSI_REDIS_URL"]["valueFrom"]["configMapKeyRef"]["name"] == "rsi-config"
+    assert "envFrom" not in c, "Flower gets the broker URL only: no database URL, no model keys"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/healthcheck"
+    svc = one("Service", "rsi-flower")["spec"]
+    assert svc.get("type", "ClusterIP") == "ClusterIP" and not of_kind("Ingress")
+    dep = one("Deployment", "rsi-flower")
+    assert svc["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert dep["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert c["image"] in {c2["image"] for _, c2 in rsi_containers()}
