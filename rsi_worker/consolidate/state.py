@@ -1,6 +1,6 @@
 """The per-agent consolidation state (SPEC §3.2), stored as JSON in ``rsi_agents.state``.
 
-Format ``rsi-consolidation-state/1`` (docs/formats.md#consolidation-state). A stored state is
+Format ``rsi-consolidation-state/1`` (docs/formats.md#consolidation-state-format). A stored state is
 hostile input: :meth:`ConsolidationState.from_json` refuses an unknown format id (:data:`MIGRATIONS`
 maps older ids forward; it is empty, this is the first format), an unknown key and a value of the
 wrong type, naming the field (``state.progress[2]: must be a number``). A missing ``schema`` reads as
