@@ -32,7 +32,7 @@ from rsi_worker.consolidate.incumbent import records_of
 from rsi_worker.consolidate.opening import Next, renew_or_stop, spend_stop
 from rsi_worker.consolidate.regression import lessons_learned, regression_guard
 from rsi_worker.consolidate.result import ConsolidationResult
-from rsi_worker.consolidate.round import Judged, Learned
+from rsi_worker.consolidate.round import Judged
 from rsi_worker.consolidate.state import ConsolidationState
 from rsi_worker.consolidate.trials import row_json
 
@@ -197,9 +197,8 @@ def judge_round(deps: Deps, run_id: str) -> Next:
             )
         )
     gain = next((d.delta_S or 0.0 for c, d in zip(cands, decisions, strict=True) if c is winner), 0.0)
-    learned = () if winner is None or winner.ev is None else tuple(
-        Learned(x["world_id"], x["lesson"], tuple(x["checks"])) for x in lessons_learned(
-            ctx.worlds, ctx.checks, inc_ev, winner.ev, ctx.analysis, [x["world_id"] for x in ctx.lessons]))
+    learned = () if winner is None or winner.ev is None else tuple(lessons_learned(
+        ctx.worlds, ctx.checks, inc_ev, winner.ev, ctx.analysis, [x["world_id"] for x in ctx.lessons]))
     judged = Judged(tuple(new_rows), tuple(scoreboard), gain, winner.variant if winner else None, learned)
     ctx.round = dataclasses.replace(ctx.round, judged=judged)
     summary = {
