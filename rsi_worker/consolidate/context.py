@@ -9,7 +9,6 @@ exactly what the first delivery stored.
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -139,7 +138,7 @@ def _from_v1(d: dict[str, Any]) -> dict[str, Any]:
 
 MIGRATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {CONTEXT_V1: _from_v1}
 """Older format id → function returning the context in the next format (applied until
-:data:`CONTEXT_SCHEMA`)."""
+:data:`CONTEXT_SCHEMA`); a step builds new objects and never changes a nested value of its input."""
 
 
 def migrate_context(obj: object) -> dict[str, Any]:
@@ -148,7 +147,7 @@ def migrate_context(obj: object) -> dict[str, Any]:
     Raises:
         StoredDataError: not an object, or a format id this code does not know.
     """
-    out = copy.deepcopy(dict(f.obj("params", obj)))
+    out = dict(f.obj("params", obj))  # each step returns a new object and changes nothing nested
     seen: set[str] = set()
     while (schema := out.get("schema", CONTEXT_V1)) != CONTEXT_SCHEMA:
         step = MIGRATIONS.get(schema) if isinstance(schema, str) else None
@@ -169,10 +168,6 @@ def _phase(path: str, x: object) -> str:
 
 def _count(path: str, x: object) -> int:
     return f.integer(path, x, 0)
-
-
-def _object_lists(path: str, x: object) -> dict[str, list[dict[str, Any]]]:
-    return {k: f.json_objects(f.sub(path, k), v) for k, v in f.obj(path, x).items()}
 
 
 def _object_map(path: str, x: object) -> dict[str, dict[str, Any]]:
@@ -198,8 +193,8 @@ _READERS: dict[str, Callable[[str, Any], Any]] = {
     "run_id": f.text, "agent_id": f.text, "fence": _count, "token": f.text, "io_id": f.optional_text,
     "phase": _phase, "t": _count, "start_version": f.optional_text, "inc_version": f.text,
     "provider": f.text, "model": f.text, "latest": f.optional_text, "loaded": f.texts,
-    "digests": f.text_map, "fresh": f.texts, "worlds": f.texts, "checks": _object_lists,
-    "signals_read": _object_map, "usage": _usage, "slots": _object_lists, "round": _round,
+    "digests": f.text_map, "fresh": f.texts, "worlds": f.texts, "checks": f.object_lists,
+    "signals_read": _object_map, "usage": _usage, "slots": f.object_lists, "round": _round,
     "analysis": f.json_object, "lessons": f.json_objects, "early_stop": f.boolean, "force": f.boolean,
     "skipped_worlds": f.text_map,
 }

@@ -20,6 +20,7 @@ from rsi_common.credentials import safe_repr
 from rsi_common.stored import StoredDataError
 
 __all__ = [
+    "array_map",
     "boolean",
     "closed",
     "integer",
@@ -28,6 +29,7 @@ __all__ = [
     "json_objects",
     "number",
     "obj",
+    "object_lists",
     "optional_number",
     "optional_text",
     "sub",
@@ -53,7 +55,8 @@ def _fail(path: str, problem: str) -> StoredDataError:
 
 
 def obj(path: str, x: object) -> Mapping[str, Any]:
-    """``x`` if it is a JSON object with string keys."""
+    """``x`` if it is a JSON object with string keys (the keys of an object the format leaves open
+    are not checked: decoded JSON has string keys only)."""
     if not isinstance(x, Mapping):
         raise _fail(path, f"must be a JSON object, got {type(x).__name__}")
     if not all(isinstance(k, str) for k in x):
@@ -119,19 +122,53 @@ def json_array(path: str, xs: object) -> list[Any]:
 
 def texts(path: str, xs: object) -> list[str]:
     """A JSON array of strings."""
-    return [text(sub(path, i), x) for i, x in enumerate(json_array(path, xs))]
+    out = json_array(path, xs)
+    for i, x in enumerate(out):
+        if not isinstance(x, str):
+            text(sub(path, i), x)
+    return out
 
 
 def text_map(path: str, d: object) -> dict[str, str]:
-    """A JSON object whose values are strings."""
-    return {k: text(sub(path, k), x) for k, x in obj(path, d).items()}
+    """A JSON object whose values are strings (a copy)."""
+    out = dict(obj(path, d))
+    for k, x in out.items():
+        if not isinstance(x, str):
+            text(sub(path, k), x)
+    return out
 
 
 def json_object(path: str, x: object) -> dict[str, Any]:
     """A shallow copy of a JSON object whose content the format leaves open."""
-    return dict(obj(path, x))
+    if not isinstance(x, Mapping):
+        raise _fail(path, f"must be a JSON object, got {type(x).__name__}")
+    return dict(x)
 
 
 def json_objects(path: str, xs: object) -> list[dict[str, Any]]:
     """A JSON array of objects whose content the format leaves open (shallow copies)."""
-    return [json_object(sub(path, i), x) for i, x in enumerate(json_array(path, xs))]
+    out = json_array(path, xs)
+    for i, x in enumerate(out):
+        if not isinstance(x, Mapping):
+            json_object(sub(path, i), x)
+        out[i] = dict(x)
+    return out
+
+
+def array_map(path: str, d: object) -> dict[str, list[Any]]:
+    """A JSON object whose values are JSON arrays (copies of the arrays)."""
+    out: dict[str, list[Any]] = {}
+    for k, x in obj(path, d).items():
+        out[k] = list(x) if isinstance(x, list) else json_array(sub(path, k), x)
+    return out
+
+
+def object_lists(path: str, d: object) -> dict[str, list[dict[str, Any]]]:
+    """A JSON object whose values are arrays of objects the format leaves open (shallow copies)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for k, xs in obj(path, d).items():
+        if isinstance(xs, list) and all(isinstance(x, Mapping) for x in xs):
+            out[k] = [dict(x) for x in xs]
+        else:
+            out[k] = json_objects(sub(path, k), xs)  # refuses, naming the entry
+    return out

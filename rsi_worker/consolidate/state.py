@@ -133,7 +133,7 @@ class ConsolidationState:
         analysis = f.obj("state.analysis", d.get("analysis") or {})
         f.closed("state.analysis", analysis, ("failure_modes", "success_habits"))
         cache = f.obj("state.cache", d.get("cache") or {})
-        verdicts = f.obj("state.verdicts", d.get("verdicts") or {})
+        verdicts = d.get("verdicts") or {}
         return cls(
             t=f.integer("state.t", d.get("t", 0), 0),
             records=f.json_objects("state.records", d.get("records") or []),
@@ -146,12 +146,8 @@ class ConsolidationState:
                 for key in ("failure_modes", "success_habits")
             },
             scoreboard=f.json_objects("state.scoreboard", d.get("scoreboard") or []),
-            cache={
-                v: {w: f.json_objects(f.sub(f.sub("state.cache", v), w), rs)
-                    for w, rs in f.obj(f.sub("state.cache", v), per).items()}
-                for v, per in cache.items()
-            },
-            verdicts={k: f.json_array(f.sub("state.verdicts", k), x) for k, x in verdicts.items()},
+            cache={v: f.object_lists(f.sub("state.cache", v), per) for v, per in cache.items()},
+            verdicts=f.array_map("state.verdicts", verdicts),
             seen=f.text_map("state.seen", d.get("seen") or {}),
         )
 
