@@ -168,12 +168,12 @@ def test_unknown_keys_are_refused_by_name() -> None:
 
 
 def test_a_credential_shaped_key_is_not_echoed() -> None:
-    secret = "sk-ant-api03-" + "A" * 40
+    shaped = "sk-ant-api03-" + "A" * 40
     data = golden("rsi-run-context-2.json")
-    data["round"][secret] = 1
+    data["round"][shaped] = 1
     with pytest.raises(StoredDataError) as info:
         RoundContext.from_json(data)
-    assert secret not in str(info.value) and "unknown key" in str(info.value)
+    assert shaped not in str(info.value) and "unknown key" in str(info.value)
 
 
 def test_wrong_types_are_refused_by_field() -> None:
