@@ -60,6 +60,7 @@ from rsi_common.handoff import trigger_consolidation
 from rsi_common.llm import make_client
 from rsi_worker.bench.models import HOPELESS_MODEL
 from rsi_worker.consolidate import ThreadExecutor, consolidate_inline
+from rsi_worker.consolidate.context import RoundContext
 from rsi_worker.consolidate.evaluate import INCUMBENT
 from rsi_worker.consolidate.trials import row_json
 from rsi_worker.jobs.scenario import CORRECTION, conversation_turn, next_history
@@ -191,16 +192,16 @@ def failures_to_stop(params: Mapping[str, Any], k: int) -> dict[str, Any]:
     it (SPEC §2.10), from the run's stored round parameters — the floor on early stop's work."""
     from rsi_common.math.bounds import can_stop_exactly
 
-    rnd = params.get("round") or {}
-    weights = sorted((len(c) for c in (params.get("checks") or {}).values() for _ in range(k)), reverse=True)
+    ctx = RoundContext.from_json(params) if params else None
+    rnd = ctx.round.params if ctx is not None else None
+    weights = sorted((len(c) for c in (ctx.checks if ctx else {}).values() for _ in range(k)), reverse=True)
     total = sum(weights)
-    if not rnd or not weights:
+    if rnd is None or not weights:
         return {"trials": len(weights), "needed": None}
     failed = 0
     for n, w in enumerate(weights, start=1):
         failed += w
-        if can_stop_exactly(0, failed, total - failed, float(rnd["S_star"]), float(rnd["delta"]),
-                            float(rnd["S_t"])):
+        if can_stop_exactly(0, failed, total - failed, rnd.S_star, rnd.delta, rnd.S_t):
             saving = round(100 * (1 - n / len(weights)), 1)
             return {"trials": len(weights), "needed": n, "max_saving_pct": saving}
     return {"trials": len(weights), "needed": None}

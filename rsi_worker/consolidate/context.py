@@ -12,26 +12,35 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from rsi_common.config import ConsolidationParams, Settings
 from rsi_common.coord import Coordinator
+from rsi_common.credentials import safe_repr
 from rsi_common.db import get_harness, get_world
 from rsi_common.db.models import WorldRow
 from rsi_common.harness import Harness, h0, materialize
 from rsi_common.llm import ModelClient, ModelRequest, ModelResponse, make_client, role_client
+from rsi_common.stored import StoredDataError
 from rsi_common.world import TurnWorld
+from rsi_worker.consolidate import fields as f
+from rsi_worker.consolidate.round import Round
 from rsi_worker.observability.metrics import NULL_METRICS, Metrics
 
 __all__ = [
+    "CONTEXT_SCHEMA",
+    "CONTEXT_V1",
+    "MIGRATIONS",
+    "PHASES",
     "CountingClient",
     "Deps",
     "ModelFactory",
     "RoundContext",
     "default_models",
     "load_harness",
+    "migrate_context",
     "turn_world",
 ]
 
@@ -100,9 +109,102 @@ class Deps:
         return CountingClient(self.models(ctx.provider, ctx.model, role))
 
 
+CONTEXT_SCHEMA = "rsi-run-context/2"
+"""The format of ``rsi_runs.params`` this code writes (docs/formats.md#run-context-and-round)."""
+CONTEXT_V1 = "rsi-run-context/1"
+"""The first format: written without a ``schema`` key (a stored context without one is version 1)."""
+PHASES = ("open", "incumbent", "drafting", "candidates")
+"""A run's phases, in order: opened, incumbent replays launched, drafting, candidate replays launched."""
+
+
+def _from_v1(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 → 2: the fields added while version 1 was written (``lessons``, ``skipped_worlds``,
+    ``force``; the round's ``incumbent.sources`` and ``judged.learned``) take their defaults, and
+    the context says its version. Version 2 requires every field."""
+    out = dict(d, schema=CONTEXT_SCHEMA)
+    out.setdefault("lessons", [])
+    out.setdefault("skipped_worlds", {})
+    out.setdefault("force", False)
+    rnd = out.get("round")
+    if isinstance(rnd, Mapping):
+        rnd = dict(rnd)
+        if isinstance(rnd.get("incumbent"), Mapping):
+            rnd["incumbent"] = {**rnd["incumbent"], "sources": rnd["incumbent"].get("sources", {})}
+        if isinstance(rnd.get("judged"), Mapping):
+            rnd["judged"] = {**rnd["judged"], "learned": rnd["judged"].get("learned", [])}
+        out["round"] = rnd
+    return out
+
+
+MIGRATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {CONTEXT_V1: _from_v1}
+"""Older format id → function returning the context in the next format (applied until
+:data:`CONTEXT_SCHEMA`); a step builds new objects and never changes a nested value of its input."""
+
+
+def migrate_context(obj: object) -> dict[str, Any]:
+    """A copy of a stored context in format :data:`CONTEXT_SCHEMA` (the input is not changed).
+
+    Raises:
+        StoredDataError: not an object, or a format id this code does not know.
+    """
+    out = dict(f.obj("params", obj))  # each step returns a new object and changes nothing nested
+    seen: set[str] = set()
+    while (schema := out.get("schema", CONTEXT_V1)) != CONTEXT_SCHEMA:
+        step = MIGRATIONS.get(schema) if isinstance(schema, str) else None
+        if step is None or schema in seen:
+            raise StoredDataError(
+                f"params.schema: unknown run context format {safe_repr(schema)} (this code reads "
+                f"{CONTEXT_SCHEMA} and migrates {', '.join(sorted(MIGRATIONS))})")
+        seen.add(schema)
+        out = step(out)
+    return out
+
+
+def _phase(path: str, x: object) -> str:
+    if f.text(path, x) not in PHASES:
+        raise StoredDataError(f"{path}: unknown phase {safe_repr(x)} (one of {', '.join(PHASES)})")
+    return str(x)
+
+
+def _count(path: str, x: object) -> int:
+    return f.integer(path, x, 0)
+
+
+def _object_map(path: str, x: object) -> dict[str, dict[str, Any]]:
+    return {k: f.json_object(f.sub(path, k), v) for k, v in f.obj(path, x).items()}
+
+
+def _round(path: str, x: object) -> Round:
+    return Round.from_json(x, path)
+
+
+def _usage(path: str, x: object) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for role, u in f.obj(path, x).items():
+        where = f.sub(path, role)
+        d = f.obj(where, u)
+        f.closed(where, d, USAGE_KEYS)
+        out[role] = {k: f.integer(f.sub(where, k), d.get(k, 0), 0) for k in USAGE_KEYS}
+    return out
+
+
+USAGE_KEYS = ("calls", "input_tokens", "output_tokens")
+_READERS: dict[str, Callable[[str, Any], Any]] = {
+    "run_id": f.text, "agent_id": f.text, "fence": _count, "token": f.text, "io_id": f.optional_text,
+    "phase": _phase, "t": _count, "start_version": f.optional_text, "inc_version": f.text,
+    "provider": f.text, "model": f.text, "latest": f.optional_text, "loaded": f.texts,
+    "digests": f.text_map, "fresh": f.texts, "worlds": f.texts, "checks": f.object_lists,
+    "signals_read": _object_map, "usage": _usage, "slots": f.object_lists, "round": _round,
+    "analysis": f.json_object, "lessons": f.json_objects, "early_stop": f.boolean, "force": f.boolean,
+    "skipped_worlds": f.text_map,
+}
+"""How each field of the current format is read (every field is required)."""
+
+
 @dataclass
 class RoundContext:
-    """The run's persisted context (``rsi_runs.params``); grows as the steps advance."""
+    """The run's persisted context (``rsi_runs.params``, format :data:`CONTEXT_SCHEMA`); grows as
+    the steps advance. :meth:`from_json` migrates an older format and refuses unknown keys."""
 
     run_id: str
     agent_id: str
@@ -110,6 +212,7 @@ class RoundContext:
     token: str
     io_id: str | None
     phase: str = "open"
+    """One of :data:`PHASES`."""
     t: int = 0
     start_version: str | None = None
     inc_version: str = ""
@@ -126,8 +229,8 @@ class RoundContext:
     usage: dict[str, dict[str, int]] = field(default_factory=dict)
     slots: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """Candidate → trial slots (``TrialSlot`` JSON)."""
-    round: dict[str, Any] = field(default_factory=dict)
-    """Round parameters of SPEC §3.3 step 10 (δ, S★, b_t, σ, enabled, tried, reserved, prune, …)."""
+    round: Round = field(default_factory=Round)
+    """The round (:mod:`rsi_worker.consolidate.round`): incumbent, parameters, judgement."""
     analysis: dict[str, Any] = field(default_factory=dict)
     lessons: list[dict[str, Any]] = field(default_factory=list)
     """The lessons replayed this round: ``{world_id, lesson, run_id, version}`` (the regression set)."""
@@ -137,13 +240,33 @@ class RoundContext:
     skipped_worlds: dict[str, str] = field(default_factory=dict)
     """Stored rows the run left out, world id → reason (``WorldPool``; reported in the result)."""
 
+    SCHEMA: ClassVar[str] = CONTEXT_SCHEMA
+    """The format version :meth:`to_json` writes."""
+
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """``schema`` first, then every field in declaration order."""
+        out: dict[str, Any] = {"schema": CONTEXT_SCHEMA}
+        for name in _READERS:
+            value = getattr(self, name)
+            out[name] = value.to_json() if name == "round" else value
+        return out
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> RoundContext:
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in known})
+    def from_json(cls, d: object) -> RoundContext:
+        """A stored context of any known format.
+
+        Raises:
+            StoredDataError: naming the field: an unknown format or key, a missing field, a value
+                of the wrong type.
+        """
+        data = migrate_context(d)
+        f.closed("params", data, ("schema", *_READERS))
+        values = {}
+        for name, read in _READERS.items():
+            if name not in data:
+                raise StoredDataError(f"params: missing key {name!r}")
+            values[name] = read(f.sub("params", name), data[name])
+        return cls(**values)
 
 
 def turn_world(row: WorldRow) -> TurnWorld:

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from rsi_common.db import get_agent, get_run, lock_agent, replay_rows, set_run_drafts, set_run_params
-from rsi_common.math import EvalResult, Exploration, PruneTarget
 from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, load_worlds
 from rsi_worker.consolidate.draft import Draft, DraftContext, draft_candidate
 from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, bound_total, plan_candidate
@@ -32,8 +31,8 @@ def _draft_context(deps: Deps, ctx: RoundContext) -> DraftContext:
         loaded = load_worlds(session, list(dict.fromkeys([*ctx.loaded, *ctx.worlds])), ctx.agent_id)
         incumbent = load_harness(session, ctx.agent_id, ctx.start_version)
         session.commit()  # end the read transaction (keeps loaded rows usable)
-    rnd = ctx.round
-    inc_ev = EvalResult.from_json(rnd["inc_ev"])
+    _, inc_ev = ctx.round.measured()
+    rnd = ctx.round.set_up()
     analysis = (
         ctx.analysis
         if ctx.analysis.get("failure_modes") or ctx.analysis.get("success_habits")
@@ -42,17 +41,17 @@ def _draft_context(deps: Deps, ctx: RoundContext) -> DraftContext:
     return DraftContext(
         incumbent=incumbent,
         t=ctx.t,
-        b_t=int(rnd["b_t"]),
-        S_t=float(rnd["S_t"]),
-        delta=float(rnd["delta"]),
+        b_t=rnd.b_t,
+        S_t=rnd.S_t,
+        delta=rnd.delta,
         params=deps.params,
         records=[r for r in state.records if r.get("t") is None or r["t"] < ctx.t],
         scoreboard=state.scoreboard,
         analysis=analysis,
-        exploration=Exploration.from_json(rnd["exploration"]),
-        reserved=frozenset(rnd["reserved"]),
-        prune=[PruneTarget.from_json(p) for p in rnd["prune"]],
-        enabled=tuple(rnd["enabled"]),
+        exploration=rnd.exploration,
+        reserved=frozenset(rnd.reserved),
+        prune=list(rnd.prune),
+        enabled=rnd.enabled,
         views=views_of(ctx, loaded, rows, inc_ev),
         worlds=list(loaded.values()),
     )
@@ -123,17 +122,12 @@ def launch_candidates(deps: Deps, run_id: str) -> Next:
         return capped
     p = deps.params
     live = [v for v in sorted(drafts) if drafts[v].get("gate") is None and drafts[v].get("payload")]
-    rnd = ctx.round
+    rnd = ctx.round.set_up() if live else None
     per_candidate: list[list[TrialSlot]] = []
     for v in live:
-        if ctx.early_stop:
+        if ctx.early_stop and rnd is not None:
             deps.coord.init_bounds(
-                run_id,
-                v,
-                bound_total(ctx.worlds, ctx.checks, p.k),
-                float(rnd["S_star"]),
-                float(rnd["delta"]),
-                float(rnd["S_t"]),
+                run_id, v, bound_total(ctx.worlds, ctx.checks, p.k), rnd.S_star, rnd.delta, rnd.S_t
             )
         mine = plan_candidate(v, ctx.worlds, p.k)
         ctx.slots[v] = [s.to_json() for s in mine]

@@ -18,7 +18,7 @@ from rsi_common.coord import Lease
 from rsi_common.db import Adoption, RunRow, db_now, final_write, finish_run, get_agent, get_run, replay_rows
 from rsi_common.errors import CoordinationError
 from rsi_common.handoff import COORD_ERRORS
-from rsi_common.stored import error_record, safe_text
+from rsi_common.stored import StoredDataError, error_record, safe_text
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.evaluate import INCUMBENT
 from rsi_worker.consolidate.result import ConsolidationResult, Status, merge_usage
@@ -59,19 +59,19 @@ def build_state(
     for r in rows:  # verdict cache entries travel in the trial rows (SPEC §3.6.2)
         for key, verdict in ((r.get("result") or {}).get("new_verdicts") or {}).items():
             state.verdicts[key] = list(verdict)
-    if ctx.round.get("inc_ev"):
+    if ctx.round.inc_ev is not None:
         remember(state, ctx.inc_version, _replays_by_world(rows, INCUMBENT), p.k)
     if ctx.analysis:
         state.set_analysis(ctx.analysis)
-    judged = ctx.round.get("judged")
+    judged = ctx.round.judged
     keep = [ctx.inc_version]
     if judged is not None:
         t = ctx.t
-        state.records = trim_records(state.records + judged["records"], t + 1, p.history_rounds)
-        state.add_scoreboard(judged["scoreboard"])
-        state.advance_round(t, float(judged["gain"]))
-    if result.adopted and result.version is not None and judged is not None:
-        remember(state, result.version, _replays_by_world(rows, judged["winner"]), p.k)
+        state.records = trim_records([*state.records, *judged.records], t + 1, p.history_rounds)
+        state.add_scoreboard(judged.scoreboard)
+        state.advance_round(t, judged.gain)
+    if result.adopted and result.version is not None and judged is not None and judged.winner is not None:
+        remember(state, result.version, _replays_by_world(rows, judged.winner), p.k)
         keep = [result.version, ctx.inc_version]
     prune_cache(state, keep, p.cache_versions, p.verdict_cache)
     state.set_seen(ctx.digests, ctx.loaded)
@@ -83,10 +83,10 @@ def _lesson_entries(session: Any, ctx: RoundContext) -> list[dict[str, Any]]:
     from rsi_worker.consolidate.context import load_world
 
     out = []
-    for item in (ctx.round.get("judged") or {}).get("learned") or ():
-        world = load_world(session, item["world_id"], ctx.agent_id)
+    for item in ctx.round.judged.learned if ctx.round.judged is not None else ():
+        world = load_world(session, item.world_id, ctx.agent_id)
         if world is not None:
-            out.append({**item, "world": world.data, "signals": world.signals,
+            out.append({**item.to_json(), "world": world.data, "signals": world.signals,
                         "interaction_id": world.interaction_id, "seq": world.seq})
     return out
 
@@ -242,7 +242,7 @@ def settle(
     held = _held_lease(deps, agent_id, fence, io_id, params, lease)
     if status != "running":
         return None, release(deps, held)
-    ctx = RoundContext.from_json(params) if params.get("run_id") == run_id else RoundContext(
+    ctx = _stored_context(params, run_id) or RoundContext(
         run_id=run_id, agent_id=agent_id, fence=fence, token="", io_id=io_id)
     ctx.token = held.token if held is not None else ""
     try:
@@ -251,6 +251,18 @@ def settle(
         log.warning("run %s: the failed result could not be written (%s); writing a minimal one", run_id,
                     type(second).__name__)
         return _minimal_failure(deps, ctx, exc), release(deps, held)
+
+
+def _stored_context(params: Mapping[str, Any], run_id: str) -> RoundContext | None:
+    """The run's stored context, or ``None`` when the row has none of its own or it does not read
+    (the run is then closed from its row alone; the step's error names the bad field)."""
+    if params.get("run_id") != run_id:
+        return None
+    try:
+        return RoundContext.from_json(params)
+    except StoredDataError as exc:
+        log.warning("run %s: stored context not readable (%s)", run_id, safe_text(exc, 200))
+        return None
 
 
 def _held_lease(deps: Deps, agent_id: str, fence: int, io_id: str | None, params: Mapping[str, Any],

@@ -24,6 +24,7 @@ from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, loa
 from rsi_worker.consolidate.evaluate import INCUMBENT, assemble
 from rsi_worker.consolidate.opening import Next, renew_or_stop, spend_stop
 from rsi_worker.consolidate.result import ConsolidationResult
+from rsi_worker.consolidate.round import IncumbentBrief, Round, RoundParams
 from rsi_worker.consolidate.spend import charge, usage_tokens
 from rsi_worker.consolidate.state import ConsolidationState
 from rsi_worker.consolidate.trials import row_json
@@ -40,25 +41,18 @@ def records_of(state: ConsolidationState) -> list[EditRecord]:
 
 
 def incumbent_brief(ev: EvalResult, rows: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """The round summary's ``incumbent`` entry; ``sources`` counts its trials by source
-    (``recorded``, ``cached``, ``replay``; docs/consolidation/estimator.md)."""
-    sources: dict[str, int] = {}
-    for r in rows:
-        sources[str(r.get("source"))] = sources.get(str(r.get("source")), 0) + 1
-    return {
-        "S": round(ev.S, 6),
-        "C": None if ev.C is None else round(ev.C, 1),
-        "missing": ev.missing,
-        "n_expected": ev.n_expected,
-        "valid_rate": ev.extra.get("valid_rate"),
-        "off_support_calls": ev.extra.get("off_support_calls", 0),
-        "sources": dict(sorted(sources.items())),
-    }
+    """The round summary's ``incumbent`` entry (:class:`IncumbentBrief` JSON)."""
+    return IncumbentBrief.of(ev, rows).to_json()
 
 
 def round_parameters(
-    ctx: RoundContext, state: ConsolidationState, inc_ev: EvalResult, enabled_kinds: Sequence[str], deps: Deps
-) -> dict[str, Any]:
+    ctx: RoundContext,
+    state: ConsolidationState,
+    inc_ev: EvalResult,
+    enabled_kinds: Sequence[str],
+    deps: Deps,
+    failing: Sequence[str] = (),
+) -> RoundParams:
     """SPEC §3.3 step 10: unit, δ, S★, b_t, σ_t, enabled, tried, exploration, reserved, prune."""
     p = deps.params
     total_w = sum(w for tr in inc_ev.per_task.values() for w in tr.weight_list())
@@ -72,24 +66,21 @@ def round_parameters(
     prior = [r for r in records_of(state) if r.t is None or r.t < t]
     tried_kinds = sorted(tried(prior))
     expl = exploration(sigma, tried_kinds, p.m_draft, enabled=enabled)
-    reserved = sorted(reserved_variants(p.m, p.m_draft, sigma, expl.untried))
-    prune = prune_set(prior, t, p.n_prune)
-    return {
-        "unit": unit,
-        "calibration": cal.to_json(),
-        "delta": delta,
-        "S_star": inc_ev.S,
-        "S_t": inc_ev.S,
-        "b_t": b_t,
-        "sigma": sigma,
-        "enabled": enabled,
-        "tried": tried_kinds,
-        "exploration": expl.to_json(),
-        "reserved": reserved,
-        "prune": [pt.to_json() for pt in prune],
-        "incumbent": incumbent_brief(inc_ev),
-        "inc_ev": inc_ev.to_json(),
-    }
+    return RoundParams(
+        unit=unit,
+        calibration=cal,
+        delta=delta,
+        S_star=inc_ev.S,
+        S_t=inc_ev.S,
+        b_t=b_t,
+        sigma=sigma,
+        enabled=tuple(enabled),
+        tried=tuple(tried_kinds),
+        exploration=expl,
+        reserved=tuple(sorted(reserved_variants(p.m, p.m_draft, sigma, expl.untried))),
+        prune=tuple(prune_set(prior, t, p.n_prune)),
+        failing=tuple(failing),
+    )
 
 
 def _pick(rows: Sequence[Mapping[str, Any]], worst: bool) -> Mapping[str, Any] | None:
@@ -168,7 +159,7 @@ def after_incumbent(deps: Deps, run_id: str) -> Next:
         )
     failing = [w for w in ctx.worlds if inc_ev.per_task[w].mean < FAIL_BELOW]
     if not failing:
-        ctx.round = {"incumbent": incumbent_brief(inc_ev, rows), "inc_ev": inc_ev.to_json()}
+        ctx.round = Round(IncumbentBrief.of(inc_ev, rows), inc_ev)
         return Next(
             "final",
             ctx,
@@ -184,9 +175,8 @@ def after_incumbent(deps: Deps, run_id: str) -> Next:
                 run_id=run_id,
             ),
         )
-    ctx.round = round_parameters(ctx, state, inc_ev, incumbent.manifest.enabled_kinds, deps)
-    ctx.round["incumbent"] = incumbent_brief(inc_ev, rows)
-    ctx.round["failing"] = failing
+    params = round_parameters(ctx, state, inc_ev, incumbent.manifest.enabled_kinds, deps, failing)
+    ctx.round = Round(IncumbentBrief.of(inc_ev, rows), inc_ev, params)
     analyst = deps.role(ctx, "analyst")
     ctx.analysis = analyze(analyst, views_of(ctx, worlds, rows, inc_ev), state.analysis)
     ctx.usage["analyst"] = analyst.usage()

@@ -32,6 +32,7 @@ from rsi_worker.consolidate.incumbent import records_of
 from rsi_worker.consolidate.opening import Next, renew_or_stop, spend_stop
 from rsi_worker.consolidate.regression import lessons_learned, regression_guard
 from rsi_worker.consolidate.result import ConsolidationResult
+from rsi_worker.consolidate.round import Judged
 from rsi_worker.consolidate.state import ConsolidationState
 from rsi_worker.consolidate.trials import row_json
 
@@ -128,7 +129,7 @@ def _load(
 def _select(
     deps: Deps, ctx: RoundContext, cands: Sequence[Candidate], inc_ev: EvalResult, state: ConsolidationState
 ) -> tuple[Candidate | None, list[Decision]]:
-    p, rnd = deps.params, ctx.round
+    p, rnd = deps.params, ctx.round.set_up()
     guard = combine_guards(
         rate_guard(
             p.max_valid_rate_drop,
@@ -144,13 +145,13 @@ def _select(
     return select_round(
         cands,
         inc_ev,
-        float(rnd["S_star"]),
-        float(rnd["delta"]),
+        rnd.S_star,
+        rnd.delta,
         p.rrsi(),
         counts,
         guard,
         tie="production",
-        enabled=tuple(rnd["enabled"]),
+        enabled=rnd.enabled,
         eps=PRODUCTION_EPS,
     )
 
@@ -165,9 +166,9 @@ def judge_round(deps: Deps, run_id: str) -> Next:
     capped = spend_stop(deps, ctx, t0)
     if capped is not None:
         return capped
-    p, rnd, t = deps.params, ctx.round, ctx.t
-    inc_ev = EvalResult.from_json(rnd["inc_ev"])
-    stop = StopContext(float(rnd["S_star"]), float(rnd["delta"]), float(rnd["S_t"]), p.invalid_missing_frac)
+    p, rnd, t = deps.params, ctx.round.set_up(), ctx.t
+    incumbent, inc_ev = ctx.round.measured()
+    stop = StopContext(rnd.S_star, rnd.delta, rnd.S_t, p.invalid_missing_frac)
     cands: list[Candidate] = []
     for v in sorted(drafts):
         asm = None
@@ -196,31 +197,26 @@ def judge_round(deps: Deps, run_id: str) -> Next:
             )
         )
     gain = next((d.delta_S or 0.0 for c, d in zip(cands, decisions, strict=True) if c is winner), 0.0)
-    learned = [] if winner is None or winner.ev is None else lessons_learned(
-        ctx.worlds, ctx.checks, inc_ev, winner.ev, ctx.analysis, [x["world_id"] for x in ctx.lessons])
-    ctx.round["judged"] = {
-        "records": new_rows,
-        "scoreboard": scoreboard,
-        "gain": gain,
-        "winner": winner.variant if winner else None,
-        "learned": learned,
-    }
+    learned = () if winner is None or winner.ev is None else tuple(lessons_learned(
+        ctx.worlds, ctx.checks, inc_ev, winner.ev, ctx.analysis, [x["world_id"] for x in ctx.lessons]))
+    judged = Judged(tuple(new_rows), tuple(scoreboard), gain, winner.variant if winner else None, learned)
+    ctx.round = dataclasses.replace(ctx.round, judged=judged)
     summary = {
         "t": t,
-        "b_t": rnd["b_t"],
-        "sigma": rnd["sigma"],
-        "delta": rnd["delta"],
-        "S_star": rnd["S_star"],
+        "b_t": rnd.b_t,
+        "sigma": rnd.sigma,
+        "delta": rnd.delta,
+        "S_star": rnd.S_star,
         "worlds": ctx.worlds,
-        "failing": rnd.get("failing", []),
+        "failing": list(rnd.failing),
         "fresh": ctx.fresh,
-        "prune": [pt["component"] for pt in rnd.get("prune", [])],
-        "incumbent": rnd["incumbent"],
+        "prune": [pt.component for pt in rnd.prune],
+        "incumbent": incumbent.to_json(),
         "candidates": briefs,
         "winner": winner.variant if winner else None,
         "failure_modes": [m.get("mode") for m in ctx.analysis.get("failure_modes", [])][:5],
         "lessons": ctx.lessons,
-        "learned": [{"world_id": x["world_id"], "lesson": x["lesson"]} for x in learned],
+        "learned": [{"world_id": x.world_id, "lesson": x.lesson} for x in learned],
     }
     result = ConsolidationResult(
         "kept",

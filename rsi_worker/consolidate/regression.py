@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from rsi_common.db import RegressionRow, active_regressions, touch_regressions
 from rsi_common.math import EvalResult
 from rsi_common.world import TurnWorld
+from rsi_worker.consolidate.round import Learned
 
 __all__ = ["FAIL_BELOW", "add_lessons", "lesson_world", "lessons_learned", "regression_guard"]
 
@@ -62,19 +63,19 @@ def _lesson(world_id: str, checks: Sequence[Mapping[str, Any]], analysis: Mappin
 
 def lessons_learned(worlds: Sequence[str], checks: Mapping[str, Sequence[Mapping[str, Any]]],
                     inc_ev: EvalResult, winner_ev: EvalResult, analysis: Mapping[str, Any],
-                    known: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """The worlds of W whose criteria the winner fixed: ``[{world_id, lesson, checks}]``.
+                    known: Sequence[str] = ()) -> list[Learned]:
+    """The worlds of W whose criteria the winner fixed, as :class:`Learned` lessons.
 
     Args:
         worlds: W in order. known: world ids that are lessons already (not learned twice).
     """
-    out: list[dict[str, Any]] = []
+    out: list[Learned] = []
     for w in worlds:
         inc, cand = inc_ev.per_task.get(w), winner_ev.per_task.get(w)
         if w in known or inc is None or cand is None or not checks.get(w):
             continue
         if inc.mean < FAIL_BELOW <= cand.mean:
-            out.append({"world_id": w, "lesson": _lesson(w, checks[w], analysis), "checks": list(checks[w])})
+            out.append(Learned(w, _lesson(w, checks[w], analysis), tuple(checks[w])))
     return out
 
 

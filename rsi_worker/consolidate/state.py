@@ -1,23 +1,33 @@
 """The per-agent consolidation state (SPEC §3.2), stored as JSON in ``rsi_agents.state``.
 
-Format ``rsi-consolidation-state/1``. :meth:`ConsolidationState.from_json` is tolerant: a missing
-field takes its default and an empty ``progress`` becomes ``[0.0]``, so states written before a
-field existed still load. Bounds (records window, scoreboard, cache versions, verdicts, seen) are
-applied by the functions here, never by callers.
+Format ``rsi-consolidation-state/1`` (docs/formats.md#consolidation-state-format). A stored state is
+hostile input: :meth:`ConsolidationState.from_json` refuses an unknown format id (:data:`MIGRATIONS`
+maps older ids forward; it is empty, this is the first format), an unknown key and a value of the
+wrong type, naming the field (``state.progress[2]: must be a number``). A missing ``schema`` reads as
+version 1 and a missing field takes its default — the empty state ``{}`` of a new agent is one —
+and an empty ``progress`` becomes ``[0.0]``. Bounds (records window, scoreboard, cache versions,
+verdicts, seen) are applied by the functions here, never by callers.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rsi_common.credentials import safe_repr
+from rsi_common.stored import StoredDataError
+from rsi_worker.consolidate import fields as f
+
 __all__ = [
     "EMPTY_DIGEST",
+    "MIGRATIONS",
+    "STATE_KEYS",
     "STATE_SCHEMA",
     "ConsolidationState",
+    "migrate_state",
     "prune_cache",
     "remember",
     "signal_digest",
@@ -28,6 +38,11 @@ STATE_SCHEMA = "rsi-consolidation-state/1"
 IMPLICIT_KINDS_WITH_DIGEST = ("correction", "complaint", "accept")
 ANALYSIS_KEEP = 12
 SCOREBOARD_KEEP = 40
+STATE_KEYS = ("schema", "t", "records", "progress", "analysis", "scoreboard", "cache", "verdicts", "seen")
+"""Every key of a stored state, in the order :meth:`ConsolidationState.to_json` writes them."""
+MIGRATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+"""Older format id → function returning the state in the next format (applied until
+:data:`STATE_SCHEMA`). Empty: ``rsi-consolidation-state/1`` is the first format."""
 
 
 def _canonical(obj: Any) -> bytes:
@@ -108,24 +123,32 @@ class ConsolidationState:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any] | None) -> ConsolidationState:
-        """Load a stored state; missing fields take defaults (SPEC §3.2)."""
-        d = dict(obj or {})
-        schema = d.get("schema", STATE_SCHEMA)
-        if schema != STATE_SCHEMA:
-            raise ValueError(f"unknown consolidation state schema {schema!r}")
-        analysis = d.get("analysis") or {}
+        """Load a stored state (``None`` = the empty state); see the module docstring.
+
+        Raises:
+            StoredDataError: naming the field: an unknown format id or key, a value of the wrong type.
+        """
+        d = migrate_state(obj)
+        f.closed("state", d, STATE_KEYS)
+        analysis = f.obj("state.analysis", d.get("analysis") or {})
+        f.closed("state.analysis", analysis, ("failure_modes", "success_habits"))
+        cache = f.obj("state.cache", d.get("cache") or {})
+        verdicts = d.get("verdicts") or {}
         return cls(
-            t=int(d.get("t") or 0),
-            records=[dict(r) for r in d.get("records") or []],
-            progress=[float(x) for x in d.get("progress") or []] or [0.0],
+            t=f.integer("state.t", d.get("t", 0), 0),
+            records=f.json_objects("state.records", d.get("records") or []),
+            progress=[
+                f.number(f.sub("state.progress", i), x)
+                for i, x in enumerate(f.json_array("state.progress", d.get("progress") or []))
+            ] or [0.0],
             analysis={
-                "failure_modes": list(analysis.get("failure_modes") or []),
-                "success_habits": list(analysis.get("success_habits") or []),
+                key: f.json_objects(f.sub("state.analysis", key), analysis.get(key) or [])
+                for key in ("failure_modes", "success_habits")
             },
-            scoreboard=[dict(r) for r in d.get("scoreboard") or []],
-            cache={v: {w: list(rs) for w, rs in per.items()} for v, per in (d.get("cache") or {}).items()},
-            verdicts={k: list(v) for k, v in (d.get("verdicts") or {}).items()},
-            seen={str(k): str(v) for k, v in (d.get("seen") or {}).items()},
+            scoreboard=f.json_objects("state.scoreboard", d.get("scoreboard") or []),
+            cache={v: f.object_lists(f.sub("state.cache", v), per) for v, per in cache.items()},
+            verdicts=f.array_map("state.verdicts", verdicts),
+            seen=f.text_map("state.seen", d.get("seen") or {}),
         )
 
     def copy(self) -> ConsolidationState:
@@ -164,6 +187,25 @@ class ConsolidationState:
         merged = {k: v for k, v in self.seen.items() if k in keep}
         merged.update({k: v for k, v in digests.items() if k in keep})
         self.seen = merged
+
+
+def migrate_state(obj: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A copy of a stored state in format :data:`STATE_SCHEMA` (``None`` = ``{}``; a missing
+    ``schema`` is version 1).
+
+    Raises:
+        StoredDataError: not an object, or a format id this code does not know.
+    """
+    out = dict(f.obj("state", {} if obj is None else obj))
+    seen: set[str] = set()
+    while (schema := out.get("schema", STATE_SCHEMA)) != STATE_SCHEMA:
+        step = MIGRATIONS.get(schema) if isinstance(schema, str) else None
+        if step is None or schema in seen:
+            raise StoredDataError(f"state.schema: unknown consolidation state format {safe_repr(schema)} "
+                                  f"(this code reads {STATE_SCHEMA})")
+        seen.add(schema)
+        out = step(out)
+    return out
 
 
 def trim_records(

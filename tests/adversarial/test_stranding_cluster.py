@@ -109,9 +109,10 @@ def test_a_consolidate_task_that_raises_on_a_worker_never_strands_the_agent(
     with Cluster(tmp_path, db_url, redis_srv.url, n=2) as cluster:
         failed, rerun = cluster.finished(A, n=2)
         assert (failed.io_id, failed.fence, failed.status) == (io, fence, "failed")
-        assert failed.error == {"type": "ValueError",
-                                "message": "unknown consolidation state schema 'rsi-state/99'"}
-        assert (rerun.io_id, rerun.status, rerun.reason) == (later, "failed", "the run failed: ValueError")
+        assert failed.error == {"type": "StoredDataError", "message": "state.schema: unknown consolidation "
+                                "state format 'rsi-state/99' (this code reads rsi-consolidation-state/1)"}
+        assert (rerun.io_id, rerun.status) == (later, "failed")
+        assert rerun.reason == "the run failed: StoredDataError"
         assert clean(redis_srv) == ({fence_key(A)}, set())
         with stack.engine.begin() as conn:
             conn.execute(sa.update(AgentRow).where(AgentRow.id == A).values(state={}))
