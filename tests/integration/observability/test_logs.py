@@ -18,6 +18,7 @@ from pydantic import SecretStr
 
 from rsi_common.config import Settings
 from rsi_worker.cluster.app import create_app
+from rsi_worker.cluster.middleware import LogContext, Policy, task
 from rsi_worker.observability.logs import REDACTED, bound, configure_logging, current_context, secrets_of
 from rsi_worker.observability.tracing import instrument_celery
 
@@ -123,12 +124,14 @@ def test_short_url_password_is_scrubbed_only_in_urls(root_logger: logging.Logger
 
 
 def test_tasks_bind_their_run_and_agent(root_logger: logging.Logger) -> None:
+    """The task wrapper's log context (``rsi_worker/cluster/middleware.py``) binds the body's own
+    ``run_id`` / ``agent`` arguments, and restores the previous context after."""
     app = create_app(Settings())
     app.conf.task_always_eager = True
     seen: list[dict[str, str | None]] = []
 
-    @app.task(name="rsi.test_probe", bind=True)
-    def probe(self: object, run_id: str, agent: str, extra: int = 0) -> None:
+    @task(app, [LogContext()], "rsi.test_probe", Policy(capped=lambda call: None))
+    def probe(run_id: str, agent: str, extra: int = 0) -> None:
         seen.append(current_context())
 
     probe.apply(args=("r_7",), kwargs={"agent": "shop"})
