@@ -192,8 +192,8 @@ def task(app: Celery, chain: Sequence[Middleware], name: str, policy: Policy
     """Register the decorated body as the Celery task ``name`` wrapped in ``chain``.
 
     The body is a plain function of the task's arguments; the registered task is bound (its request
-    id is the :class:`TaskCall` id). Arguments that do not fit the body's signature raise
-    ``TypeError`` before any hook runs, as Celery's own argument check would.
+    id is the :class:`TaskCall` id) and registered on ``app`` only. Arguments that do not fit the
+    body's signature raise ``TypeError`` before any hook runs, as Celery's own argument check would.
     """
 
     def register(body: Callable[..., Any]) -> Any:
@@ -206,6 +206,9 @@ def task(app: Celery, chain: Sequence[Middleware], name: str, policy: Policy
 
         run.__name__, run.__qualname__, run.__doc__ = body.__name__, body.__qualname__, body.__doc__
         run.__module__ = body.__module__
-        return app.task(name=name, bind=True)(run)
+        run.rsi_policy = policy  # type: ignore[attr-defined]  # marks a wrapped task (tests)
+        # shared=False: Celery would otherwise register the task on every app created later in the
+        # process too, bound to this app's context (a hidden global; a second app's own task lost)
+        return app.task(name=name, bind=True, shared=False)(run)
 
     return register
