@@ -138,9 +138,9 @@ def register(app: Celery, ctx: WorkerContext, chain: list[Middleware] | None = N
     @task(app, chain, TASK_CONSOLIDATE, opening)
     def consolidate(agent: str, io: str, token: str, fence: int, force: bool = False,
                     kind: str = "consolidate") -> str:
-        """The ``open`` step of the run of a lease (SPEC §3.3 steps 1–7); ``force``/``kind`` (keyword
-        arguments with defaults, so positional host messages keep working): see ``flow.open_run``
-        (``rsi batch``).
+        """The ``open`` step of the run of a lease (steps 1–7, docs/algorithm/consolidation.md);
+        ``force``/``kind`` (keyword arguments with defaults, so positional host messages keep
+        working): see ``flow.open_run`` (``rsi batch``).
 
         Idempotency key: ``(agent, fence)`` — ``start_run`` returns the stored row, and a closed
         run stops at once; a lease no longer held stops before anything is written. Any exception

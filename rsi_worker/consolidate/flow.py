@@ -114,7 +114,8 @@ MEMBERS: dict[Member, MemberBody] = {"trials": trial_body, "drafts": draft_step}
 
 
 def renew_or_stop(deps: Deps, ctx: RoundContext) -> None:
-    """Renew the run's lease; a lost lease stops the run at once (SPEC §3.3).
+    """Renew the run's lease; a lost lease stops the run at once
+    (docs/algorithm/consolidation.md#33-the-run-step-by-step).
 
     Raises:
         LeaseLost: the lease is held by someone else or expired.
