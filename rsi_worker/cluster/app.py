@@ -26,6 +26,7 @@ from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUES, TASK_QUEUES, TASK_SWE
 from rsi_common.errors import SettingsError
 from rsi_worker.cluster.tasks import register
 from rsi_worker.cluster.worker import WorkerContext
+from rsi_worker.observability.logs import connect_task_context
 
 __all__ = ["TASK_ROUTES", "app_from_env", "broker_urls", "create_app"]
 
@@ -107,6 +108,7 @@ def create_app(settings: Settings, *, name: str = "rsi") -> Celery:
     # Celery's signals are process-wide: each handler finds the app's own context through the sender.
     signals.worker_init.connect(_on_worker_init, weak=False, dispatch_uid="rsi-worker-init")
     signals.worker_shutdown.connect(_on_worker_shutdown, weak=False, dispatch_uid="rsi-worker-shutdown")
+    connect_task_context()
     register(app, ctx)
     return app
 

@@ -206,6 +206,11 @@ def task(app: Celery, chain: Sequence[Middleware], name: str, policy: Policy
 
         run.__name__, run.__qualname__, run.__doc__ = body.__name__, body.__qualname__, body.__doc__
         run.__module__ = body.__module__
+        # the body's own parameters after ``self``: Celery's argument check and its log-context
+        # signal (``connect_task_context``) see the task's real arguments
+        self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        run.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[self_param, *signature.parameters.values()])
         run.rsi_policy = policy  # type: ignore[attr-defined]  # marks a wrapped task (tests)
         # shared=False: Celery would otherwise register the task on every app created later in the
         # process too, bound to this app's context (a hidden global; a second app's own task lost)

@@ -11,7 +11,7 @@ This package imports nothing else of ``rsi_worker``: every other package may use
 
 from __future__ import annotations
 
-from rsi_worker.observability.logs import configure_logging
+from rsi_worker.observability.logs import configure_logging, connect_task_context
 from rsi_worker.observability.metrics import NULL_METRICS, Metrics, PrometheusMetrics, metrics_for
 from rsi_worker.observability.tracing import instrument_celery
 
@@ -20,6 +20,7 @@ __all__ = [
     "Metrics",
     "PrometheusMetrics",
     "configure_logging",
+    "connect_task_context",
     "instrument_celery",
     "metrics_for",
 ]

@@ -7,8 +7,9 @@
      "task_id": "…", "status": "adopted", …}
 
 ``run_id``, ``agent_id``, ``task`` and ``task_id`` come from context variables bound for the
-duration of each task (the task wrapper's ``LogContext``, ``rsi_worker/cluster/middleware.py``: the
-task's own ``run_id`` / ``agent`` arguments)
+duration of each task (the task wrapper's ``LogContext``, ``rsi_worker/cluster/middleware.py``, and
+:func:`connect_task_context` for Celery's own lines about the task: the task's own ``run_id`` /
+``agent`` arguments)
 or from the record itself (``extra={"run_id": …}`` wins); any other ``extra`` key is copied as is.
 ``RSI_LOG_FORMAT=text`` writes the same content as one readable line. ``RSI_LOG_LEVEL`` sets the
 root level. :func:`configure_logging` is called by ``rsi worker`` and ``rsi beat`` only — library
@@ -26,6 +27,7 @@ or not, with ``[redacted]``.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import sys
@@ -51,6 +53,7 @@ __all__ = [
     "bound",
     "clear_context",
     "configure_logging",
+    "connect_task_context",
     "current_context",
     "restore",
     "secrets_of",
@@ -246,3 +249,44 @@ def configure_logging(settings: Settings, *, level: str | None = None, stream: T
     root.setLevel((level or settings.log_level).upper())
     logging.captureWarnings(True)
     return handler
+
+
+# --- Celery task context --------------------------------------------------------------------------
+
+def _task_fields(task: Any, args: Any, kwargs: Any) -> dict[str, str | None]:
+    try:
+        params = inspect.signature(task.run).bind_partial(*(args or ()), **(kwargs or {})).arguments
+    except (TypeError, ValueError):
+        return {}
+    agent = params.get("agent_id", params.get("agent"))
+    run_id = params.get("run_id")
+    return {"agent_id": str(agent) if agent is not None else None,
+            "run_id": str(run_id) if run_id is not None else None}
+
+
+def _on_task_prerun(sender: Any = None, task_id: Any = None, task: Any = None, args: Any = None,
+                    kwargs: Any = None, **_: Any) -> None:
+    task = task or sender
+    clear_context()
+    bind(task=getattr(task, "name", None), task_id=str(task_id) if task_id else None,
+         **_task_fields(task, args, kwargs))
+
+
+def _on_task_postrun(**_: Any) -> None:
+    clear_context()
+
+
+def connect_task_context() -> None:
+    """Bind ``task``, ``task_id``, ``run_id`` and ``agent_id`` (from the task's own arguments) for the
+    duration of every task this process runs (Celery ``task_prerun`` / ``task_postrun``): the lines
+    Celery itself writes about a task (``succeeded in``, ``raised``) are outside the task's body,
+    where the task wrapper's ``LogContext`` (``rsi_worker/cluster/middleware.py``) binds the same
+    fields.
+
+    Idempotent (fixed ``dispatch_uid``). Context variables are per thread, so the threads pool's
+    concurrent tasks never see each other's fields.
+    """
+    from celery import signals
+
+    signals.task_prerun.connect(_on_task_prerun, weak=False, dispatch_uid="rsi-log-context-prerun")
+    signals.task_postrun.connect(_on_task_postrun, weak=False, dispatch_uid="rsi-log-context-postrun")

@@ -23,6 +23,7 @@ from rsi_worker.cluster.middleware import (
     Settle,
     TaskCall,
     default_chain,
+    run_chain,
     task,
 )
 from rsi_worker.cluster.worker import WorkerContext
@@ -102,9 +103,8 @@ def test_an_exception_is_answered_by_the_policy_or_propagates_without_one(app: C
         result.get()
 
 
-def test_the_log_context_is_bound_for_the_body_and_restored_after(app: Celery) -> None:
+def test_the_log_context_is_bound_for_the_body(app: Celery) -> None:
     seen: list[dict[str, str | None]] = []
-
     policy = Policy(capped=lambda c: None, failed=lambda c, e: "x")
 
     @task(app, default_chain(ctx_of(app)), "rsi.test_logs", policy)
@@ -113,12 +113,25 @@ def test_the_log_context_is_bound_for_the_body_and_restored_after(app: Celery) -
         if fail:
             raise ValueError("x")
 
-    with bound(task="outer", run_id="outer-run"):
-        body.apply(args=("shop", "io_1"), task_id="t-1")
-        body.apply(args=("shop", "io_2"), kwargs={"fail": True}, task_id="t-2")
-        assert current_context()["task"] == "outer" and current_context()["run_id"] == "outer-run"
+    body.apply(args=("shop", "io_1"), task_id="t-1")
+    body.apply(args=("shop", "io_2"), kwargs={"fail": True}, task_id="t-2")
     assert seen[0] == {"run_id": None, "agent_id": "shop", "task": "rsi.test_logs", "task_id": "t-1"}
     assert seen[1]["task_id"] == "t-2"
+    assert current_context()["task_id"] is None
+
+
+def test_the_log_context_restores_what_was_bound_before_even_after_an_exception() -> None:
+    call = TaskCall("rsi.x", "t-3", {"run_id": "run_3"})
+    policy = Policy(capped=lambda c: None)
+
+    def failing() -> None:
+        assert current_context()["run_id"] == "run_3"
+        raise KeyError("k")
+
+    with bound(task="outer", run_id="outer-run"):
+        with pytest.raises(KeyError):
+            run_chain([LogContext()], call, policy, failing)
+        assert current_context()["task"] == "outer" and current_context()["run_id"] == "outer-run"
 
 
 def test_hooks_run_in_order_and_an_early_answer_skips_the_rest(app: Celery) -> None:
