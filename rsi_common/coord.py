@@ -70,6 +70,8 @@ from rsi_common.math.bounds import FLOAT_GUARD
 
 __all__ = [
     "DEFAULT_RUN_TTL_S",
+    "DELIVERY_PATTERN",
+    "DELIVERY_TTL_S",
     "HARNESS_CHANNEL",
     "SPEND_TTL_S",
     "Bounds",
@@ -78,6 +80,7 @@ __all__ = [
     "LeaseHolder",
     "bound_key",
     "cancel_key",
+    "delivery_key",
     "fence_key",
     "lease_key",
     "pending_key",
@@ -120,6 +123,18 @@ def slots_key(run: str, cand: str) -> str:
 def cancel_key(run: str, cand: str) -> str:
     """``rsi:run:{run}:cancel:{cand}`` — set once the candidate provably cannot pass the floor."""
     return f"rsi:run:{run}:cancel:{cand}"
+
+
+def delivery_key(task_id: str) -> str:
+    """Counter of the deliveries of one Celery task id (the redelivery cap); expires after
+    :data:`DELIVERY_TTL_S`."""
+    return f"rsi:task:{task_id}:deliveries"
+
+
+DELIVERY_PATTERN = "rsi:task:*:deliveries"
+"""``SCAN`` pattern of every :func:`delivery_key` (the load test reads them)."""
+DELIVERY_TTL_S = 24 * 3600
+"""How long a task's delivery count is kept (also the result TTL of the Celery app)."""
 
 
 def rate_key(token: str, minute: int) -> str:
@@ -526,6 +541,17 @@ class Coordinator:
         return int(_text(a) if a is not None else 0), int(_text(c) if c is not None else 0)
 
     # --- harness invalidation -------------------------------------------------------------------
+
+    def count_delivery(self, task_id: str) -> int:
+        """Count one more delivery of the task ``task_id``; returns the count (1 on the first).
+
+        The counter expires :data:`DELIVERY_TTL_S` after the first delivery.
+        """
+        key = delivery_key(_text(task_id))
+        n = int(self.client.incr(key))
+        if n == 1:
+            self.client.expire(key, DELIVERY_TTL_S)
+        return n
 
     def publish_harness_change(self, agent: str) -> int:
         """Publish the agent id on :data:`HARNESS_CHANNEL`; returns the number of receivers."""

@@ -70,7 +70,14 @@ __all__ = [
     "QUEUE_CONSOLIDATE",
     "QUEUE_JUDGE",
     "QUEUE_REPLAY",
+    "TASK_AFTER_INCUMBENT",
     "TASK_CONSOLIDATE",
+    "TASK_DRAFT_CANDIDATE",
+    "TASK_JUDGE_ROUND",
+    "TASK_LAUNCH_CANDIDATES",
+    "TASK_QUEUES",
+    "TASK_REPLAY_TRIAL",
+    "TASK_SWEEP",
     "DispatchedTask",
     "Dispatcher",
     "KombuDispatcher",
@@ -85,8 +92,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-TASK_CONSOLIDATE = "rsi.consolidate"
-"""Task name of ``consolidate(agent_id, io_id, token, fence)`` (SPEC §3.12.1)."""
 QUEUE_CONSOLIDATE = "consolidate"
 """Queue of ``consolidate`` and the other per-run steps."""
 QUEUE_REPLAY = "replay"
@@ -94,6 +99,33 @@ QUEUE_REPLAY = "replay"
 QUEUE_JUDGE = "judge"
 """Queue of the chord bodies that judge a round."""
 QUEUES: tuple[str, ...] = (QUEUE_CONSOLIDATE, QUEUE_REPLAY, QUEUE_JUDGE)
+
+# Task names are part of the wire contract (a host enqueues ``consolidate`` by name); the worker's
+# Celery app registers exactly these (``rsi_worker.cluster.tasks``) and routes them by TASK_QUEUES.
+TASK_CONSOLIDATE = "rsi.consolidate"
+"""``consolidate(agent_id, io_id, token, fence)``: the ``open`` step of a run (SPEC §3.12.1)."""
+TASK_REPLAY_TRIAL = "rsi.replay_trial"
+"""``replay_trial(run_id, slot)``: one trial (a chord member)."""
+TASK_AFTER_INCUMBENT = "rsi.after_incumbent"
+"""``after_incumbent(results, run_id)``: the chord body after the incumbent's trials."""
+TASK_DRAFT_CANDIDATE = "rsi.draft_candidate"
+"""``draft_candidate(run_id, variant)``: one draft (a chord member)."""
+TASK_LAUNCH_CANDIDATES = "rsi.launch_candidates"
+"""``launch_candidates(results, run_id)``: the chord body after the drafts."""
+TASK_JUDGE_ROUND = "rsi.judge_round"
+"""``judge_round(results, run_id)``: the chord body after the candidates' trials."""
+TASK_SWEEP = "rsi.sweep"
+"""``sweep()``: the sweeper (Celery beat)."""
+TASK_QUEUES: Mapping[str, str] = {
+    TASK_CONSOLIDATE: QUEUE_CONSOLIDATE,
+    TASK_DRAFT_CANDIDATE: QUEUE_CONSOLIDATE,
+    TASK_LAUNCH_CANDIDATES: QUEUE_CONSOLIDATE,
+    TASK_SWEEP: QUEUE_CONSOLIDATE,
+    TASK_REPLAY_TRIAL: QUEUE_REPLAY,
+    TASK_AFTER_INCUMBENT: QUEUE_JUDGE,
+    TASK_JUDGE_ROUND: QUEUE_JUDGE,
+}
+"""Task name → queue. ``replay`` carries the fan-out; ``judge`` the chord bodies that judge."""
 
 DEFAULT_DISPATCH_TIMEOUT_S = 1.0
 """Upper bound, in seconds, of one failing :meth:`KombuDispatcher.enqueue` (connect, send, or wait

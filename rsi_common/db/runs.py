@@ -38,6 +38,7 @@ __all__ = [
     "get_run",
     "mark_interrupted",
     "retain_runs",
+    "run_id_at_fence",
     "running_runs",
     "runs",
     "set_run_drafts",
@@ -59,6 +60,19 @@ _NEWEST = (RunRow.started_at.desc(), sa.func.coalesce(RunRow.fence, 0).desc(), R
 
 def _run_id() -> str:
     return "run_" + secrets.token_hex(12)
+
+
+def _at_fence(agent_id: str, fence: int) -> sa.ColumnElement[bool]:
+    """The one run row of ``(agent, fence)`` (a fence opens at most one run)."""
+    return sa.and_(RunRow.agent_id == agent_id, RunRow.fence == fence)
+
+
+def run_id_at_fence(session: Session, agent_id: str, fence: int) -> str | None:
+    """The id of the agent's run opened under ``fence``, or ``None`` when that run never opened its
+    row (the lookup of a failure path that holds a lease but not the run id)."""
+    found: str | None = session.execute(
+        sa.select(RunRow.id).where(_at_fence(agent_id, fence))).scalar_one_or_none()
+    return found
 
 
 def get_run(session: Session, run_id: str, *, for_update: bool = False) -> RunRow:
@@ -96,7 +110,7 @@ def start_run(
     lock_agent(session, agent_id)
     existing = session.execute(
         sa.select(RunRow)
-        .where(RunRow.agent_id == agent_id, RunRow.fence == fence)
+        .where(_at_fence(agent_id, fence))
         .execution_options(populate_existing=True)
     ).scalar_one_or_none()
     if existing is not None:
@@ -397,7 +411,7 @@ def fence_status(
     seconds ago (database clock); ``None`` when no run row has that fence (the sweeper's lease check)."""
     row = session.execute(
         sa.select(RunRow.status, RunRow.finished_at < db_ago(closed_for_s))
-        .where(RunRow.agent_id == agent_id, RunRow.fence == fence)
+        .where(_at_fence(agent_id, fence))
     ).one_or_none()
     return None if row is None else (str(row[0]), bool(row[1]))
 

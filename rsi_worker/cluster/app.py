@@ -9,8 +9,8 @@ own — and are never module globals.
 Delivery contract (at-least-once): ``task_acks_late`` with ``worker_prefetch_multiplier = 1``
 and ``task_reject_on_worker_lost``: a task whose worker dies is delivered again (at once when a
 pool child dies, after ``visibility_timeout_s`` when the whole node dies). Every task is
-idempotent (see each task's docstring); :meth:`~rsi_worker.cluster.worker.WorkerContext.count_delivery`
-caps redeliveries.
+idempotent (see each task's docstring); the task wrapper (:mod:`rsi_worker.cluster.middleware`)
+counts every delivery and caps redeliveries.
 
 Celery's own tools (``celery -A``, Flower) load the module-level app of
 :mod:`rsi_worker.cluster.celery_app` (``celery -A rsi_worker.cluster.celery_app …``), which
@@ -28,26 +28,19 @@ from typing import Any
 from celery import Celery, signals
 
 from rsi_common.config import Settings
-from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUE_JUDGE, QUEUE_REPLAY, QUEUES, celery_queue
+from rsi_common.coord import DELIVERY_TTL_S
+from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUES, TASK_QUEUES, TASK_SWEEP, celery_queue
 from rsi_common.errors import SettingsError
 from rsi_worker.cluster.events import BriefAMQP, BriefTask, QueueEvents, connect_queue_events
 from rsi_worker.cluster.tasks import register
-from rsi_worker.cluster.worker import DELIVERY_TTL_S, WorkerContext
+from rsi_worker.cluster.worker import WorkerContext
 from rsi_worker.observability.logs import connect_task_context
 
 __all__ = ["TASK_ROUTES", "app_from_env", "broker_urls", "create_app"]
 
-TASK_ROUTES: dict[str, dict[str, str]] = {
-    "rsi.consolidate": {"queue": QUEUE_CONSOLIDATE},
-    "rsi.draft_candidate": {"queue": QUEUE_CONSOLIDATE},
-    "rsi.launch_candidates": {"queue": QUEUE_CONSOLIDATE},
-    "rsi.sweep": {"queue": QUEUE_CONSOLIDATE},
-    "rsi.replay_trial": {"queue": QUEUE_REPLAY},
-    "rsi.after_incumbent": {"queue": QUEUE_JUDGE},
-    "rsi.judge_round": {"queue": QUEUE_JUDGE},
-}
-"""Task name → queue. ``replay`` carries the fan-out; ``judge`` the chord bodies."""
-
+TASK_ROUTES: dict[str, dict[str, str]] = {name: {"queue": queue} for name, queue in TASK_QUEUES.items()}
+"""Task name → queue (``rsi_common.dispatch.TASK_QUEUES``). ``replay`` carries the fan-out; ``judge``
+the chord bodies."""
 
 
 def broker_urls(settings: Settings) -> tuple[str, str]:
@@ -117,7 +110,7 @@ def create_app(settings: Settings, *, name: str = "rsi") -> Celery:
         task_send_sent_event=True,
         result_expires=DELIVERY_TTL_S,
         worker_hijack_root_logger=False,
-        beat_schedule={"rsi-sweep": {"task": "rsi.sweep", "schedule": settings.sweep_interval_s}},
+        beat_schedule={"rsi-sweep": {"task": TASK_SWEEP, "schedule": settings.sweep_interval_s}},
     )
     ctx = WorkerContext(settings)
     app.rsi = ctx

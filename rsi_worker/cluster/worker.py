@@ -13,8 +13,6 @@ import os
 import threading
 from typing import Any
 
-from celery import current_task
-
 from rsi_common.config import Settings
 from rsi_common.errors import SettingsError
 from rsi_worker.consolidate import ModelFactory, default_models
@@ -22,10 +20,8 @@ from rsi_worker.observability.metrics import PrometheusMetrics, metrics_for
 from rsi_worker.observability.tracing import instrument_celery
 from rsi_worker.runtime import Runtime, open_runtime
 
-__all__ = ["DELIVERY_TTL_S", "WorkerContext", "load_model_factory"]
+__all__ = ["WorkerContext", "load_model_factory"]
 
-DELIVERY_TTL_S = 24 * 3600
-"""How long a task's delivery count (and a task result) is kept."""
 log = logging.getLogger(__name__)
 
 
@@ -69,15 +65,11 @@ class WorkerContext:
                 self._runtime.close()
             self._runtime = None
 
-    def count_delivery(self, task_id: str) -> int:
-        """How many times the task with ``task_id`` has started (1 on the first delivery)."""
-        client = self.runtime().redis
-        key = f"rsi:task:{task_id}:deliveries"
-        n = int(client.incr(key))
-        if n == 1:
-            client.expire(key, DELIVERY_TTL_S)
-        task = getattr(current_task, "name", None) or "unknown"
-        self.metrics.task_delivered(str(task), n, cap=self.settings.max_redeliveries)
+    def count_delivery(self, task_id: str, task: str) -> int:
+        """How many times the task ``task`` with ``task_id`` has started (1 on the first delivery);
+        counted in Redis (``coord.delivery_key``) and in the metrics."""
+        n = self.runtime().coord.count_delivery(task_id)
+        self.metrics.task_delivered(task, n, cap=self.settings.max_redeliveries)
         return n
 
     def start_observability(self, pool: str = "") -> None:

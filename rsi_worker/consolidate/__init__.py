@@ -1,19 +1,19 @@
 """Turn consolidation (SPEC §3) as plain functions.
 
-Each step loads its inputs from SQL, computes, and stores what the next step needs; the Celery
-tasks (``rsi_worker.cluster.tasks``) and the in-process driver (:func:`consolidate_inline`) call the same
-steps: :func:`open_run` → :func:`run_trial` (incumbent) → :func:`after_incumbent` →
-:func:`draft_step` → :func:`launch_candidates` → :func:`run_trial` (candidates) →
-:func:`judge_round` → :func:`finalize`.
+Each step loads its inputs from SQL, computes, and stores what the next step needs. The run's
+state machine (:mod:`~rsi_worker.consolidate.flow`) declares the steps and what follows each, and
+applies the lease and spend checks around them; the Celery tasks (``rsi_worker.cluster.tasks``) and
+the in-process driver (:func:`consolidate_inline`) both drive it: :func:`open_run` → trials
+(incumbent) → ``after_incumbent`` → drafts → ``launch_candidates`` → trials (candidates) →
+``judge_round`` → :func:`finalize`.
 """
 
 from __future__ import annotations
 
 from rsi_common.config import ConsolidationParams
 from rsi_worker.consolidate.context import CountingClient, Deps, ModelFactory, RoundContext, default_models
-from rsi_worker.consolidate.drafting import draft_step, launch_candidates
 from rsi_worker.consolidate.finalize import build_state, finalize, interrupt
-from rsi_worker.consolidate.incumbent import after_incumbent
+from rsi_worker.consolidate.flow import fail_run, open_run, run_draft, run_step, run_trial
 from rsi_worker.consolidate.inline import (
     SerialExecutor,
     ThreadExecutor,
@@ -21,11 +21,9 @@ from rsi_worker.consolidate.inline import (
     consolidate_inline,
     run_once,
 )
-from rsi_worker.consolidate.judging import judge_round
-from rsi_worker.consolidate.opening import Next, open_run
+from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.state import EMPTY_DIGEST, ConsolidationState, signal_digest
-from rsi_worker.consolidate.trials import run_trial
 
 __all__ = [
     "EMPTY_DIGEST",
@@ -40,17 +38,16 @@ __all__ = [
     "SerialExecutor",
     "ThreadExecutor",
     "TrialExecutor",
-    "after_incumbent",
     "build_state",
     "consolidate_inline",
     "default_models",
-    "draft_step",
+    "fail_run",
     "finalize",
     "interrupt",
-    "judge_round",
-    "launch_candidates",
     "open_run",
+    "run_draft",
     "run_once",
+    "run_step",
     "run_trial",
     "signal_digest",
 ]

@@ -7,8 +7,7 @@ calling the proposer again.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rsi_common.db import get_agent, get_run, lock_agent, replay_rows, set_run_drafts, set_run_params
@@ -16,7 +15,7 @@ from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, loa
 from rsi_worker.consolidate.draft import Draft, DraftContext, draft_candidate
 from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, bound_total, plan_candidate
 from rsi_worker.consolidate.incumbent import views_of
-from rsi_worker.consolidate.opening import Next, renew_or_stop, spend_stop
+from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.spend import charge, over_cap, usage_tokens
 from rsi_worker.consolidate.state import ConsolidationState
 from rsi_worker.consolidate.trials import row_json
@@ -70,16 +69,13 @@ def store_draft(deps: Deps, run_id: str, agent_id: str, draft: dict[str, Any]) -
     return dict(stored)
 
 
-def draft_step(deps: Deps, run_id: str, variant: str) -> dict[str, Any]:
-    """Draft one variant (or return its stored draft): the body of ``draft_candidate`` tasks."""
-    with deps.sessions() as session:
-        run = get_run(session, run_id)
-        ctx = RoundContext.from_json(run.params or {})
-        stored = (run.drafts or {}).get(variant)
-        session.commit()  # end the read transaction (keeps loaded rows usable)
-    if stored is not None or run.status != "running":
-        return dict(stored or {"variant": variant, "gate": "not_evaluated", "detail": "run closed"})
-    renew_or_stop(deps, ctx)
+def draft_step(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], variant: str) -> dict[str, Any]:
+    """Draft one variant of a running run (or return its stored draft): the ``drafts`` member of the
+    state machine (``flow.run_draft``), run after its lease check; ``drafts``: the stored ones."""
+    run_id = ctx.run_id
+    stored = drafts.get(variant)
+    if stored is not None:
+        return dict(stored)
     if over_cap(deps, ctx.agent_id) is not None:  # the launch step ends the run as skipped
         gated = Draft(variant=variant, gate="no_proposal", detail="spend cap reached: not drafted")
         return store_draft(deps, run_id, ctx.agent_id, gated.to_json())
@@ -107,19 +103,12 @@ def interleave(per_candidate: Sequence[Sequence[TrialSlot]]) -> list[TrialSlot]:
     return out
 
 
-def launch_candidates(deps: Deps, run_id: str) -> Next:
+def launch_candidates(deps: Deps, ctx: RoundContext) -> Next:
     """Step 13: bound hashes and replay slots for every live draft; ``judge`` when none is live."""
+    run_id = ctx.run_id
     with deps.sessions() as session:
-        run = get_run(session, run_id)
-        ctx = RoundContext.from_json(run.params or {})
-        drafts = dict(run.drafts or {})
+        drafts = dict(get_run(session, run_id).drafts or {})
         session.commit()  # end the read transaction (keeps loaded rows usable)
-    if run.status != "running":
-        return Next("stop", ctx)
-    renew_or_stop(deps, ctx)
-    capped = spend_stop(deps, ctx, time.monotonic())
-    if capped is not None:
-        return capped
     p = deps.params
     live = [v for v in sorted(drafts) if drafts[v].get("gate") is None and drafts[v].get("payload")]
     rnd = ctx.round.set_up() if live else None

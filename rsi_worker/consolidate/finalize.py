@@ -15,7 +15,16 @@ from typing import Any
 import sqlalchemy as sa
 
 from rsi_common.coord import Lease
-from rsi_common.db import Adoption, RunRow, db_now, final_write, finish_run, get_agent, get_run, replay_rows
+from rsi_common.db import (
+    Adoption,
+    db_now,
+    final_write,
+    finish_run,
+    get_agent,
+    get_run,
+    replay_rows,
+    run_id_at_fence,
+)
 from rsi_common.errors import CoordinationError
 from rsi_common.handoff import COORD_ERRORS
 from rsi_common.stored import StoredDataError, error_record, safe_text
@@ -327,9 +336,7 @@ def settle_lease(deps: Deps, lease: Lease, exc: BaseException) -> Settled:
 def run_of(deps: Deps, agent_id: str, fence: int) -> str | None:
     """The id of the run row of ``(agent, fence)``, or ``None`` when the run never opened its row."""
     with deps.sessions() as session:
-        run_id = session.execute(
-            sa.select(RunRow.id).where(RunRow.agent_id == agent_id, RunRow.fence == fence)
-        ).scalar_one_or_none()
+        run_id = run_id_at_fence(session, agent_id, fence)
         session.commit()
     return run_id
 

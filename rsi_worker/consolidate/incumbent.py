@@ -6,7 +6,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rsi_common.db import get_agent, get_run, replay_rows, set_run_params
+from rsi_common.db import get_agent, replay_rows, set_run_params
 from rsi_common.kinds import K_ENABLED_PRODUCTION
 from rsi_common.math import (
     EditRecord,
@@ -22,7 +22,7 @@ from rsi_common.math import (
 from rsi_common.math.calibrate import calibrate
 from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, load_worlds
 from rsi_worker.consolidate.evaluate import INCUMBENT, assemble
-from rsi_worker.consolidate.opening import Next, renew_or_stop, spend_stop
+from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.round import IncumbentBrief, Round, RoundParams
 from rsi_worker.consolidate.spend import charge, usage_tokens
@@ -113,27 +113,19 @@ def views_of(
     return views
 
 
-def after_incumbent(deps: Deps, run_id: str) -> Next:
+def after_incumbent(deps: Deps, ctx: RoundContext) -> Next:
     """Steps 8–11: measure the incumbent, decide ``failed``/``kept`` or set up the round.
 
     Returns a final ``Next`` or ``drafts`` with the variant labels to draft.
     """
     t0 = time.monotonic()
-    p = deps.params
+    p, run_id = deps.params, ctx.run_id
     with deps.sessions() as session:
-        run = get_run(session, run_id)
-        ctx = RoundContext.from_json(run.params or {})
-        if run.status != "running" or ctx.phase not in ("incumbent", "drafting"):
-            return Next("stop", ctx)
         state = ConsolidationState.from_json(get_agent(session, ctx.agent_id).state)
         rows = [row_json(r) for r in replay_rows(session, run_id, INCUMBENT)]
         worlds = load_worlds(session, ctx.worlds, ctx.agent_id)
         incumbent = load_harness(session, ctx.agent_id, ctx.start_version)
         session.commit()  # end the read transaction (keeps loaded rows usable)
-    renew_or_stop(deps, ctx)
-    capped = spend_stop(deps, ctx, t0)
-    if capped is not None:
-        return capped
     inc_ev = assemble(ctx.worlds, ctx.checks, rows, p.k, "incumbent").ev
     assert inc_ev is not None
     if not valid_measurement(inc_ev, p.invalid_missing_frac):

@@ -1,29 +1,23 @@
 """Running a whole consolidation in one process (``rsi consolidate --inline``, tests, embedded).
 
-The steps are the same functions the Celery tasks call; only the fan-out differs: here trials
-and drafts go through a :class:`TrialExecutor` (a thread pool by default) instead of chords.
+The run follows the same state machine as on the cluster (:mod:`rsi_worker.consolidate.flow`: its
+transition table, step checks and failure path); only the fan-out differs: here trials and drafts
+go through a :class:`TrialExecutor` (a thread pool by default) instead of chords.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from rsi_common.coord import Lease
-from rsi_common.errors import CoordinationError
-from rsi_common.stored import error_record
+from rsi_worker.consolidate import flow
 from rsi_worker.consolidate.context import Deps
-from rsi_worker.consolidate.drafting import draft_step, launch_candidates
-from rsi_worker.consolidate.evaluate import TrialSlot
-from rsi_worker.consolidate.finalize import finalize, settle_lease
-from rsi_worker.consolidate.incumbent import after_incumbent
-from rsi_worker.consolidate.judging import judge_round
-from rsi_worker.consolidate.opening import KIND_CONSOLIDATE, Next, open_run
+from rsi_worker.consolidate.opening import KIND_CONSOLIDATE
+from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.result import ConsolidationResult
-from rsi_worker.consolidate.trials import run_trial
 
 __all__ = ["NotOpened", "SerialExecutor", "ThreadExecutor", "TrialExecutor", "consolidate_inline", "run_once"]
 
@@ -58,37 +52,15 @@ class ThreadExecutor:
             return list(pool.map(fn, items))
 
 
-def _trial(deps: Deps, run_id: str, slot: TrialSlot) -> dict[str, Any]:
-    """One trial, as the ``replay_trial`` chord member runs it: an exception leaves the slot empty
-    (a missing trial), it never fails the run — the same on the cluster and inline."""
-    try:
-        return run_trial(deps, run_id, slot)
-    except Exception as exc:
-        log.warning("run %s: trial failed: %s", run_id, type(exc).__name__, exc_info=True)
-        deps.metrics.replay_finished({"status": "error"})
-        return {"status": "error", "error": error_record(exc), "world_id": slot.world_id, "trial": slot.trial}
-
-
-def _draft(deps: Deps, run_id: str, variant: str) -> dict[str, Any]:
-    """One draft, as the ``draft_candidate`` chord member runs it: an exception drops the variant."""
-    try:
-        return draft_step(deps, run_id, variant)
-    except Exception as exc:
-        log.warning("run %s: draft %s failed: %s", run_id, variant, type(exc).__name__, exc_info=True)
-        return {"variant": variant, "status": "error", "error": error_record(exc)}
-
-
 def _advance(deps: Deps, nxt: Next, executor: TrialExecutor) -> Next:
+    """Follow one edge of the run's state machine (``flow.TRANSITIONS``): its members, then its step."""
+    found = flow.edge(nxt)
+    assert found is not None
     run_id = nxt.ctx.run_id
-    if nxt.kind == "trials":
-        executor.map(lambda s: _trial(deps, run_id, s), nxt.slots)
-        return after_incumbent(deps, run_id) if nxt.ctx.phase == "incumbent" else judge_round(deps, run_id)
-    if nxt.kind == "drafts":
-        executor.map(lambda v: _draft(deps, run_id, v), nxt.variants)
-        return launch_candidates(deps, run_id)
-    if nxt.kind == "judge":
-        return judge_round(deps, run_id)
-    raise ValueError(f"cannot advance from {nxt.kind!r}")
+    if found.members is not None:
+        members = found.members
+        executor.map(lambda item: flow.run_member(deps, members, run_id, item), flow.items(nxt, members))
+    return flow.run_step(deps, found.then, run_id)
 
 
 class NotOpened(Exception):
@@ -106,40 +78,27 @@ def run_once(
     """One run for ``lease``: returns its result (``None`` if the run was already finished) and the
     lease of the re-run a turn that arrived meanwhile asks for. ``force``/``kind``: see :func:`open_run`.
 
-    An exception in any step closes the run like the Celery tasks do (``settle``: ``failed`` with
-    the reason, or ``interrupted`` when the lease was lost) and the lease is released or handed on
-    (``docs/operations/failure-recovery.md``).
+    An exception in any step closes the run like the Celery tasks do (``flow.fail_run``: ``failed``
+    with the reason, or ``interrupted`` when the lease was lost) and the lease is released or handed
+    on (``docs/operations/failure-recovery.md``).
 
     Raises:
         NotOpened: the run failed before its row existed (nothing was written; the lease was
             released or handed to ``NotOpened.rerun``).
     """
     executor = executor or ThreadExecutor(deps.params.parallel)
-    t0 = time.monotonic()
     try:
-        nxt = open_run(deps, lease, force=force, kind=kind)
+        nxt = flow.open_run(deps, lease, force=force, kind=kind)
         while nxt.kind not in ("final", "stop"):
             nxt = _advance(deps, nxt, executor)
         if nxt.kind == "stop":
             return None, None
-        assert nxt.result is not None
-        nxt.result.seconds = time.monotonic() - t0
-        return finalize(deps, nxt.ctx, nxt.result)
+        return flow.close(deps, nxt)
     except Exception as exc:
-        return _settle(deps, lease, exc)
-
-
-def _settle(deps: Deps, lease: Lease, exc: Exception) -> tuple[ConsolidationResult | None, Lease | None]:
-    """Close the run of ``lease`` after ``exc`` (see :func:`run_once`)."""
-    if isinstance(exc, CoordinationError):
-        log.warning("run of %s (fence %s) stopped: %s", lease.agent, lease.fence, type(exc).__name__)
-    else:
-        log.warning("run of %s (fence %s) failed: %s", lease.agent, lease.fence, type(exc).__name__,
-                    exc_info=True)
-    settled = settle_lease(deps, lease, exc)
-    if not settled.opened:
-        raise NotOpened(exc, settled.rerun) from exc
-    return settled.result, settled.rerun
+        settled = flow.fail_run(deps, exc, lease=lease)
+        if not settled.opened:
+            raise NotOpened(exc, settled.rerun) from exc
+        return settled.result, settled.rerun
 
 
 def consolidate_inline(

@@ -29,7 +29,7 @@ from rsi_common.math import (
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.evaluate import Assembled, StopContext, assemble
 from rsi_worker.consolidate.incumbent import records_of
-from rsi_worker.consolidate.opening import Next, renew_or_stop, spend_stop
+from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.regression import lessons_learned, regression_guard
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.round import Judged
@@ -113,17 +113,14 @@ def _candidate_brief(
 
 
 def _load(
-    deps: Deps, run_id: str
-) -> tuple[RoundContext, str, dict[str, Any], ConsolidationState, list[dict[str, Any]]]:
+    deps: Deps, run_id: str, agent_id: str
+) -> tuple[dict[str, Any], ConsolidationState, list[dict[str, Any]]]:
     with deps.sessions() as session:
-        run = get_run(session, run_id)
-        ctx = RoundContext.from_json(run.params or {})
-        state = ConsolidationState.from_json(get_agent(session, ctx.agent_id).state)
+        drafts = dict(get_run(session, run_id).drafts or {})
+        state = ConsolidationState.from_json(get_agent(session, agent_id).state)
         rows = [row_json(r) for r in replay_rows(session, run_id)]
-        drafts = dict(run.drafts or {})
-        status = run.status
         session.commit()  # end the read transaction (keeps loaded rows usable)
-    return ctx, status, drafts, state, rows
+    return drafts, state, rows
 
 
 def _select(
@@ -156,16 +153,11 @@ def _select(
     )
 
 
-def judge_round(deps: Deps, run_id: str) -> Next:
+def judge_round(deps: Deps, ctx: RoundContext) -> Next:
     """Steps 14–17 from the stored rows; returns the final ``Next`` (``kept`` or ``adopted``)."""
     t0 = time.monotonic()
-    ctx, status, drafts, state, all_rows = _load(deps, run_id)
-    if status != "running":
-        return Next("stop", ctx)
-    renew_or_stop(deps, ctx)
-    capped = spend_stop(deps, ctx, t0)
-    if capped is not None:
-        return capped
+    run_id = ctx.run_id
+    drafts, state, all_rows = _load(deps, run_id, ctx.agent_id)
     p, rnd, t = deps.params, ctx.round.set_up(), ctx.t
     incumbent, inc_ev = ctx.round.measured()
     stop = StopContext(rnd.S_star, rnd.delta, rnd.S_t, p.invalid_missing_frac)

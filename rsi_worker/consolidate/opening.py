@@ -1,4 +1,4 @@
-"""Opening a run (SPEC §3.3 steps 1–7): signals, criteria, the decision to open a round, W.
+"""Opening a run (SPEC §3.3 steps 1–7): the run row, signals, criteria, the decision to open a round, W.
 
 **Forced runs (project decision).** ``open_run(..., force=True)`` treats every scored world as
 fresh: the ``seen`` digests of the stored state are ignored for this run only, so a run re-considers
@@ -14,49 +14,30 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy.orm import Session
 
 from rsi_common.coord import Lease
 from rsi_common.db import get_agent, set_run_params, start_run, update_signals
-from rsi_common.errors import InvalidInput, LeaseLost
+from rsi_common.errors import InvalidInput
 from rsi_common.harness import H0_VERSION
 from rsi_worker.consolidate.context import Deps, RoundContext
-from rsi_worker.consolidate.evaluate import TrialSlot, plan_incumbent
+from rsi_worker.consolidate.evaluate import plan_incumbent
+from rsi_worker.consolidate.outcome import Next, final
 from rsi_worker.consolidate.regression import add_lessons
-from rsi_worker.consolidate.result import ConsolidationResult, Status
 from rsi_worker.consolidate.signals import checks_for, negative, unread_pairs
-from rsi_worker.consolidate.spend import charge, over_cap, usage_tokens
+from rsi_worker.consolidate.spend import charge, usage_tokens
 from rsi_worker.consolidate.state import EMPTY_DIGEST, ConsolidationState, signal_digest
 from rsi_worker.consolidate.worlds import PoolWorld, WorldPool, needs_answer, select_worlds
 from rsi_worker.roles.signal import implicit_signal
 
-__all__ = ["KIND_CONSOLIDATE", "MAX_KIND_CHARS", "Next", "open_run", "renew_or_stop", "spend_stop"]
+__all__ = ["KIND_CONSOLIDATE", "MAX_KIND_CHARS", "open_row", "open_step"]
 
 KIND_CONSOLIDATE = "consolidate"
 """Run kind of a host-triggered run (and of its re-runs)."""
 MAX_KIND_CHARS = 32
 """Width of ``rsi_runs.kind``."""
-
-
-@dataclass
-class Next:
-    """What a step decided: a final result, or the trials / drafts to run next."""
-
-    kind: Literal["final", "trials", "drafts", "judge", "stop"]
-    ctx: RoundContext
-    slots: list[TrialSlot] = field(default_factory=list)
-    variants: list[str] = field(default_factory=list)
-    result: ConsolidationResult | None = None
-
-
-def renew_or_stop(deps: Deps, ctx: RoundContext) -> None:
-    """Renew the lease; a lost lease stops the step at once (SPEC §3.3)."""
-    lease = Lease(ctx.agent_id, ctx.token, ctx.fence, ctx.io_id or "")
-    if not deps.coord.renew(lease):
-        raise LeaseLost(f"agent {ctx.agent_id}: lease of fence {ctx.fence} is no longer held")
 
 
 def _policy(worlds: Sequence[PoolWorld], latest: PoolWorld | None, deps: Deps) -> tuple[str, str]:
@@ -66,33 +47,6 @@ def _policy(worlds: Sequence[PoolWorld], latest: PoolWorld | None, deps: Deps) -
         model = str(source.model or deps.settings.default_model)
         return provider, model
     return deps.settings.default_provider, deps.settings.default_model
-
-
-def _final(ctx: RoundContext, status: Status, reason: str, t0: float) -> Next:
-    """A result without a round; the state it saves is built by ``finalize`` from the stored one."""
-    result = ConsolidationResult(
-        status=status,
-        reason=reason,
-        start_version=ctx.start_version,
-        version=ctx.start_version,
-        signals=dict(ctx.signals_read),
-        seconds=time.monotonic() - t0,
-        usage=ctx.usage,
-        run_id=ctx.run_id,
-    )
-    return Next("final", ctx, result=result)
-
-
-def spend_stop(deps: Deps, ctx: RoundContext, t0: float) -> Next | None:
-    """A ``skipped`` result when a spend cap is reached (docs/consolidation/spend.md), else None."""
-    spend = over_cap(deps, ctx.agent_id)
-    if spend is None:
-        return None
-    when = "before the run" if ctx.phase == "open" else "mid-run"
-    nxt = _final(ctx, "skipped", f"spend cap reached {when}: {spend.reason()}", t0)
-    assert nxt.result is not None
-    nxt.result.spend = {"capped": True, **spend.to_json()}
-    return nxt
 
 
 def _read_implicit(deps: Deps, session: Session, ctx: RoundContext, pool: WorldPool) -> None:
@@ -121,47 +75,29 @@ def _read_implicit(deps: Deps, session: Session, ctx: RoundContext, pool: WorldP
     charge(deps, ctx.agent_id, usage_tokens({"signal": ctx.usage["signal"]}))
 
 
-def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CONSOLIDATE) -> Next:
-    """Steps 1–7 of one run: open the row, read signals, decide, pick W and plan the incumbent.
-
-    Args:
-        deps: the outside world.
-        lease: the lease the run holds.
-        force: treat every scored world as fresh (module docstring).
-        kind: stored on the run row (at most :data:`MAX_KIND_CHARS` characters).
+def open_step(deps: Deps, ctx: RoundContext) -> Next:
+    """Steps 2–7 of a run whose row is open (:func:`open_row`): read signals, decide, pick W and plan
+    the incumbent. Run by the state machine (``flow.open_run``) after its lease and spend checks.
 
     Returns a final ``Next`` (``skipped``/``recorded``) or ``trials`` with the incumbent's slots.
-
-    Raises:
-        LeaseLost: the lease was not held any more.
-        InvalidInput: ``kind`` is empty or too long (nothing is written).
     """
-    if not isinstance(kind, str) or not 0 < len(kind) <= MAX_KIND_CHARS:
-        raise InvalidInput(f"run kind must be 1..{MAX_KIND_CHARS} characters, got {kind!r}")
     t0 = time.monotonic()
     params = deps.params
     with deps.sessions() as session:
-        ctx, running = _open_row(deps, session, lease, force=force, kind=kind)
-        if not running:  # a redelivered task of a finished run
-            return Next("stop", ctx)
-        renew_or_stop(deps, ctx)
-        agent = get_agent(session, lease.agent)
+        agent = get_agent(session, ctx.agent_id)
         if agent.frozen:
-            return _final(ctx, "skipped", "agent is frozen", t0)
-        capped = spend_stop(deps, ctx, t0)
-        if capped is not None:
-            return capped
+            return final(ctx, "skipped", "agent is frozen", t0)
         state = ConsolidationState.from_json(agent.state)
         ctx.t = state.t
-        pool = WorldPool.latest(session, lease.agent, params.world_pool)
+        pool = WorldPool.latest(session, ctx.agent_id, params.world_pool)
         ctx.skipped_worlds = dict(pool.skipped)
         worlds = pool.usable()
         # the trigger's world, when it is among the loaded ones (io ids are unique per agent)
-        latest = next((w for w in worlds if w.io_id == lease.io), None)
+        latest = next((w for w in worlds if w.io_id == (ctx.io_id or "")), None)
         ctx.latest = latest.id if latest else None
         ctx.provider, ctx.model = _policy(worlds, latest, deps)
         if not worlds:
-            return _final(ctx, "recorded", "no worlds", t0)
+            return final(ctx, "recorded", "no worlds", t0)
         # the incumbent's version is its stored id (H0's when none); its payload is read and
         # tamper-checked only where it is replayed
         ctx.inc_version = ctx.start_version or H0_VERSION
@@ -170,16 +106,30 @@ def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
         return _decide(deps, session, ctx, state, pool, t0)
 
 
-def _open_row(
-    deps: Deps, session: Session, lease: Lease, *, force: bool, kind: str
-) -> tuple[RoundContext, bool]:
+def open_row(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CONSOLIDATE
+             ) -> tuple[RoundContext, bool]:
     """Step 1: the run row of ``lease`` (idempotent per fence) and its context; True if running.
+
+    ``force``: treat every scored world as fresh (module docstring); ``kind``: stored on the run row
+    (at most :data:`MAX_KIND_CHARS` characters).
 
     A new row gets its context stored at once, in the same transaction: the lease token is then
     on the row from the start, so a failure at any later point releases the right lease
     (``finalize.settle``; ``docs/operations/failure-recovery.md``). A redelivered task keeps the
     stored context.
+
+    Raises:
+        InvalidInput: ``kind`` is empty or too long (nothing is written).
     """
+    if not isinstance(kind, str) or not 0 < len(kind) <= MAX_KIND_CHARS:
+        raise InvalidInput(f"run kind must be 1..{MAX_KIND_CHARS} characters, got {kind!r}")
+    with deps.sessions() as session:
+        return _open_row(deps, session, lease, force=force, kind=kind)
+
+
+def _open_row(
+    deps: Deps, session: Session, lease: Lease, *, force: bool, kind: str
+) -> tuple[RoundContext, bool]:
     run = start_run(session, lease.agent, fence=lease.fence, io_id=lease.io, kind=kind,
                     retention=deps.settings.run_retention)
     ctx = RoundContext(run_id=run.id, agent_id=lease.agent, fence=lease.fence, token=lease.token,
@@ -223,7 +173,7 @@ def _decide(
     worlds, fresh, checks = _survey(ctx, state, pool)
     scored = [w for w in worlds if w.replayable and checks.get(w.id)]
     if not scored:
-        return _final(ctx, "recorded", "no turn has a signal to learn from yet", t0)
+        return final(ctx, "recorded", "no turn has a signal to learn from yet", t0)
     fresh_scored = [w for w in scored if w.id in fresh]
     if not any(negative(w.signals) for w in fresh_scored):
         reason = (
@@ -231,7 +181,7 @@ def _decide(
             if not fresh_scored
             else "new signals only confirm the current answers"
         )
-        return _final(ctx, "recorded", reason, t0)
+        return final(ctx, "recorded", reason, t0)
     pool.prefetch([w.id for w in scored])  # a round replays them: their records must be readable
     if any(w.id in pool.skipped for w in scored):
         return _decide(deps, session, ctx, state, pool, t0)  # again without them: at most once more

@@ -14,16 +14,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from rsi_common.coord import Lease
-from rsi_common.db import get_agent, get_replay_row, get_run, save_replay_row
+from rsi_common.db import get_agent, get_replay_row, save_replay_row
 from rsi_common.db.models import ReplayRow
-from rsi_common.errors import CoordinationError
 from rsi_common.harness import Harness, materialize
 from rsi_common.kernel import RetryPolicy
 from rsi_common.replay import PolicySpec, ReplayResult, replay_world
-from rsi_common.stored import error_record
 from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, load_world
 from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, score
-from rsi_worker.consolidate.opening import renew_or_stop
 from rsi_worker.consolidate.spend import charge, over_cap, usage_tokens
 from rsi_worker.roles.judge import CriteriaJudge, request_text
 
@@ -106,38 +103,22 @@ def _store(deps: Deps, ctx: RoundContext, slot: TrialSlot, **values: Any) -> dic
     return out
 
 
-def run_trial(deps: Deps, run_id: str, slot: TrialSlot) -> dict[str, Any]:
-    """Run (or return the stored result of) one trial slot; see the module docstring."""
+def run_trial(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], slot: TrialSlot) -> dict[str, Any]:
+    """Run (or return the stored result of) one trial slot of a running run; see the module docstring.
+    The ``trials`` member of the state machine (``flow.run_trial``), run after its lease check;
+    ``drafts``: the run's stored drafts (a candidate's harness)."""
+    run_id = ctx.run_id
     with deps.sessions() as session:
         existing = get_replay_row(session, run_id, slot.candidate, slot.world_id, slot.trial)
         if existing is not None:
             return row_json(existing)
-        run = get_run(session, run_id)
-        if run.status != "running":
-            return {
-                "status": "stale",
-                "candidate": slot.candidate,
-                "world_id": slot.world_id,
-                "trial": slot.trial,
-            }
-        ctx = RoundContext.from_json(run.params or {})
         verdicts = dict(get_agent(session, ctx.agent_id).state.get("verdicts") or {})
         world = load_world(session, slot.world_id, ctx.agent_id)
         try:
-            harness = _harness(session, ctx, slot.candidate, run.drafts or {})
+            harness = _harness(session, ctx, slot.candidate, drafts)
         except Exception as exc:
             harness, harness_error = None, f"{type(exc).__name__}: {exc}"[:300]
         session.commit()  # no transaction stays open across model calls (read-only)
-    try:
-        renew_or_stop(deps, ctx)
-    except CoordinationError as exc:
-        return {
-            "status": "lease_lost",
-            "error": error_record(exc),
-            "candidate": slot.candidate,
-            "world_id": slot.world_id,
-            "trial": slot.trial,
-        }
     checks = ctx.checks.get(slot.world_id, [])
     if slot.candidate != INCUMBENT and ctx.early_stop and deps.coord.is_cancelled(run_id, slot.candidate):
         return _store(deps, ctx, slot, status="cancelled", result={"reason": "cancelled before the replay"})

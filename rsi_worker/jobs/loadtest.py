@@ -41,6 +41,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from rsi_common.client import RsiClient, RunInfo
+from rsi_common.coord import DELIVERY_PATTERN
 from rsi_common.errors import InvalidInput
 from rsi_worker.jobs.loadpool import PoolConversation, PoolTurn, rebind
 
@@ -199,9 +200,9 @@ def drain(client: RsiClient, sent: Sequence[Sent], timeout_s: float) -> tuple[bo
 
 
 def delivery_counts(client: RsiClient) -> dict[str, int]:
-    """The ``rsi:task:<id>:deliveries`` counters in the coordination Redis."""
+    """The task delivery counters (``coord.delivery_key``) in the coordination Redis."""
     out: dict[str, int] = {}
-    for key in client.redis.scan_iter(match="rsi:task:*:deliveries", count=1000):
+    for key in client.redis.scan_iter(match=DELIVERY_PATTERN, count=1000):
         value = client.redis.get(key)
         name = key.decode() if isinstance(key, bytes) else str(key)
         out[name] = int(value or 0)

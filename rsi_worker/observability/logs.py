@@ -7,7 +7,9 @@
      "task_id": "…", "status": "adopted", …}
 
 ``run_id``, ``agent_id``, ``task`` and ``task_id`` come from context variables bound for the
-duration of each task (:func:`connect_task_context`: the task's own ``run_id`` / ``agent`` arguments)
+duration of each task (the task wrapper's ``LogContext``, ``rsi_worker/cluster/middleware.py``, and
+:func:`connect_task_context` for Celery's own lines about the task: the task's own ``run_id`` /
+``agent`` arguments)
 or from the record itself (``extra={"run_id": …}`` wins); any other ``extra`` key is copied as is.
 ``RSI_LOG_FORMAT=text`` writes the same content as one readable line. ``RSI_LOG_LEVEL`` sets the
 root level. :func:`configure_logging` is called by ``rsi worker`` and ``rsi beat`` only — library
@@ -53,6 +55,7 @@ __all__ = [
     "configure_logging",
     "connect_task_context",
     "current_context",
+    "restore",
     "secrets_of",
 ]
 
@@ -83,6 +86,12 @@ def bind(**fields: str | None) -> dict[str, Token[str | None]]:
     return {name: _VARS[name].set(value) for name, value in fields.items()}
 
 
+def restore(tokens: dict[str, Token[str | None]]) -> None:
+    """Restore the values :func:`bind` replaced (its returned ``tokens``), in the same thread."""
+    for name, token in tokens.items():
+        _VARS[name].reset(token)
+
+
 @contextmanager
 def bound(**fields: str | None) -> Iterator[None]:
     """Bind ``fields`` for the ``with`` block, then restore the previous values."""
@@ -90,8 +99,7 @@ def bound(**fields: str | None) -> Iterator[None]:
     try:
         yield
     finally:
-        for name, token in tokens.items():
-            _VARS[name].reset(token)
+        restore(tokens)
 
 
 def clear_context() -> None:
@@ -270,7 +278,10 @@ def _on_task_postrun(**_: Any) -> None:
 
 def connect_task_context() -> None:
     """Bind ``task``, ``task_id``, ``run_id`` and ``agent_id`` (from the task's own arguments) for the
-    duration of every task this process runs (Celery ``task_prerun`` / ``task_postrun``).
+    duration of every task this process runs (Celery ``task_prerun`` / ``task_postrun``): the lines
+    Celery itself writes about a task (``succeeded in``, ``raised``) are outside the task's body,
+    where the task wrapper's ``LogContext`` (``rsi_worker/cluster/middleware.py``) binds the same
+    fields.
 
     Idempotent (fixed ``dispatch_uid``). Context variables are per thread, so the threads pool's
     concurrent tasks never see each other's fields.

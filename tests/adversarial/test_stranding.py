@@ -19,7 +19,7 @@ from rsi_common import db
 from rsi_common.coord import Lease, fence_key, lease_key, pending_key
 from rsi_common.dispatch import RecordingDispatcher
 from rsi_common.errors import CredentialError
-from rsi_worker.consolidate import consolidate_inline, inline, opening
+from rsi_worker.consolidate import consolidate_inline, flow, opening
 from rsi_worker.consolidate.finalize import settle
 from rsi_worker.jobs.scenario import CORRECTION
 from tests.adversarial.stranding import (
@@ -71,17 +71,26 @@ def scenario(stack: Stack) -> tuple[str, str]:
     return io, later
 
 
-# Where the injected exception is raised: (module, attribute). The inline driver and open_run look
-# these names up at call time, so patching the module attribute injects into that one step.
+# Where the injected exception is raised: (module or table, name). The state machine looks its step
+# bodies up in ``flow.STEPS`` and the modules their helpers at call time, so patching injects into
+# that one step.
 STEPS: dict[str, tuple[Any, str]] = {
     "open_run before its row": (opening, "start_run"),
     "open_run after its params": (opening, "_read_implicit"),
-    "after_incumbent": (inline, "after_incumbent"),
-    "launch_candidates": (inline, "launch_candidates"),
-    "judge_round": (inline, "judge_round"),
-    "finalize": (inline, "finalize"),
+    "after_incumbent": (flow.STEPS, "after_incumbent"),
+    "launch_candidates": (flow.STEPS, "launch_candidates"),
+    "judge_round": (flow.STEPS, "judge_round"),
+    "finalize": (flow, "finalize"),
     "the final write itself": (finalize_mod, "final_write"),
 }
+
+
+def inject(monkeypatch: pytest.MonkeyPatch, where: Any, name: str, wrap: Any) -> None:
+    """Replace ``where[name]`` (a table) or ``where.name`` (a module) by ``wrap(real)``."""
+    if isinstance(where, dict):
+        monkeypatch.setitem(where, name, wrap(where[name]))
+    else:
+        monkeypatch.setattr(where, name, wrap(getattr(where, name)))
 
 
 @pytest.mark.parametrize("step", list(STEPS))
@@ -90,7 +99,7 @@ def test_an_exception_in_any_step_releases_the_lease_and_reruns_the_pending_turn
 ) -> None:
     io, later = scenario(stack)
     module, name = STEPS[step]
-    monkeypatch.setattr(module, name, once(getattr(module, name), turn_arrives(stack.coord, A, later)))
+    inject(monkeypatch, module, name, lambda real: once(real, turn_arrives(stack.coord, A, later)))
     lease = stack.lease(A, io)
     if step == "open_run before its row":
         with pytest.raises(InjectedFailure):  # reported to the caller, after the re-run it handed on
@@ -113,13 +122,13 @@ def test_an_exception_in_any_step_releases_the_lease_and_reruns_the_pending_turn
     assert agent_keys(rclient, A) == {fence_key(A)}
 
 
-@pytest.mark.parametrize("member", ["run_trial", "draft_step"])
+@pytest.mark.parametrize("member", ["trials", "drafts"])
 def test_a_failing_trial_or_draft_is_a_missing_result_not_a_stranded_run(
     stack: Stack, rclient: redis.Redis, monkeypatch: pytest.MonkeyPatch, member: str
 ) -> None:
     """Like the Celery chord members: the run goes on without that trial or draft."""
     io, later = scenario(stack)
-    monkeypatch.setattr(inline, member, once(getattr(inline, member), turn_arrives(stack.coord, A, later)))
+    inject(monkeypatch, flow.MEMBERS, member, lambda real: once(real, turn_arrives(stack.coord, A, later)))
     results = consolidate_inline(stack.deps, stack.lease(A, io), SerialExecutor())
     assert len(results) == 2 and results[0].error is None
     first, rerun = runs_of(stack)
@@ -131,7 +140,7 @@ def test_settle_without_a_lease_finds_the_token_on_the_row(stack: Stack, rclient
     """The redelivery-cap path: a chord body settles a run it holds no lease for."""
     io, later = scenario(stack)
     lease = stack.lease(A, io)
-    nxt = opening.open_run(stack.deps, lease)  # the row and its context (with the token) are stored
+    nxt = flow.open_run(stack.deps, lease)  # the row and its context (with the token) are stored
     assert nxt.kind == "trials"
     assert stack.coord.try_begin(A, later) is None
     result, rerun = settle(stack.deps, nxt.ctx.run_id, RuntimeError("task redelivered too often"))
@@ -175,7 +184,7 @@ def test_a_failure_whose_record_cannot_be_stored_is_recorded_minimally(
 
     monkeypatch.setattr(finalize_mod, "failed_result", poisoned)
     arrive = turn_arrives(stack.coord, A, later)
-    monkeypatch.setattr(inline, "after_incumbent", once(inline.after_incumbent, arrive))
+    inject(monkeypatch, flow.STEPS, "after_incumbent", lambda real: once(real, arrive))
     results = consolidate_inline(stack.deps, stack.lease(A, io), SerialExecutor())
     assert [r.status for r in results] == ["failed", "adopted"]
     failed = runs_of(stack)[0]
@@ -192,7 +201,7 @@ def test_error_records_never_echo_a_credential(stack: Stack, monkeypatch: pytest
     def leaky(*_a: Any, **_k: Any) -> Any:
         raise CredentialError(f"tools.calls[0].content: {secret}")
 
-    monkeypatch.setattr(inline, "after_incumbent", leaky)
+    monkeypatch.setitem(flow.STEPS, "after_incumbent", leaky)
     (result,) = consolidate_inline(stack.deps, stack.lease(A, io), SerialExecutor())
     assert result.status == "failed" and result.error is not None
     (row,) = runs_of(stack)
@@ -278,7 +287,7 @@ def test_an_orphaned_pending_mark_is_begun_by_one_sweep(stack: Stack, rclient: r
 def test_a_pending_mark_of_a_running_run_is_left_to_it(stack: Stack) -> None:
     io, later = scenario(stack)
     lease = stack.lease(A, io)
-    opening.open_run(stack.deps, lease)
+    flow.open_run(stack.deps, lease)
     assert stack.coord.try_begin(A, later) is None
     recorder = RecordingDispatcher()
     report = sweep_once(stack, recorder)
@@ -332,7 +341,7 @@ def test_a_batch_run_that_raises_is_failed_with_its_lease_released(
     from rsi_worker.jobs.batch import BatchRunner, InlineLauncher
 
     scenario(stack)
-    monkeypatch.setattr(inline, "after_incumbent", once(inline.after_incumbent))
+    inject(monkeypatch, flow.STEPS, "after_incumbent", once)
     launcher = InlineLauncher(stack.deps, "batch:strand", concurrency=1)
     runner = BatchRunner(stack.sessions, stack.coord, launcher, name="strand", retry_s=0.0, poll_s=0.0,
                          sleep=lambda _s: None)

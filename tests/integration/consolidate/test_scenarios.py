@@ -205,17 +205,17 @@ def test_rollback_during_the_run_wins(stack: Stack, monkeypatch: pytest.MonkeyPa
     assert stack.consolidate("shop").status == "adopted"
     stack.say("shop", "c1", "Not quite, cite the source as well")
     before = stack.state("shop").to_json()
-    from rsi_worker.consolidate import inline
+    from rsi_worker.consolidate import flow
 
-    original = inline.judge_round
+    original = flow.STEPS["judge_round"]
 
-    def judge_after_rollback(deps: Any, run_id: str) -> Any:
+    def judge_after_rollback(deps: Any, ctx: Any) -> Any:
         with stack.sessions() as s:  # the user rolls back to H0 while the run is judging
             rollback_to(s, "shop", None)
             s.commit()
-        return original(deps, run_id)
+        return original(deps, ctx)
 
-    monkeypatch.setattr(inline, "judge_round", judge_after_rollback)
+    monkeypatch.setitem(flow.STEPS, "judge_round", judge_after_rollback)
     result = stack.consolidate("shop")
     assert (result.status, result.reason) == ("kept", "the harness changed during the run; not adopted")
     assert stack.current_version("shop") is None
@@ -329,19 +329,19 @@ def test_stall_makes_the_reserved_variant_explore(tmp_path: Path) -> None:
 
 def test_freeze_during_the_run_blocks_the_adoption(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
     from rsi_common.db import freeze
-    from rsi_worker.consolidate import inline
+    from rsi_worker.consolidate import flow
 
     corrected(stack)
     before = stack.state("shop").to_json()
-    original = inline.judge_round
+    original = flow.STEPS["judge_round"]
 
-    def judge_after_freeze(deps: Any, run_id: str) -> Any:
+    def judge_after_freeze(deps: Any, ctx: Any) -> Any:
         with stack.sessions() as s:  # the user freezes the agent while the run is judging
             freeze(s, "shop")
             s.commit()
-        return original(deps, run_id)
+        return original(deps, ctx)
 
-    monkeypatch.setattr(inline, "judge_round", judge_after_freeze)
+    monkeypatch.setitem(flow.STEPS, "judge_round", judge_after_freeze)
     result = stack.consolidate("shop")
     assert (result.status, result.reason) == ("kept", "the agent was frozen during the run; not adopted")
     assert stack.current_version("shop") is None

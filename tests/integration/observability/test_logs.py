@@ -14,10 +14,13 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
+from celery import signals
 from pydantic import SecretStr
 
 from rsi_common.config import Settings
+from rsi_common.dispatch import TASK_SWEEP
 from rsi_worker.cluster.app import create_app
+from rsi_worker.cluster.middleware import LogContext, Policy, task
 from rsi_worker.observability.logs import REDACTED, bound, configure_logging, current_context, secrets_of
 from rsi_worker.observability.tracing import instrument_celery
 
@@ -123,18 +126,44 @@ def test_short_url_password_is_scrubbed_only_in_urls(root_logger: logging.Logger
 
 
 def test_tasks_bind_their_run_and_agent(root_logger: logging.Logger) -> None:
+    """The task wrapper's log context (``rsi_worker/cluster/middleware.py``) binds the body's own
+    ``run_id`` / ``agent`` arguments, and restores the previous context after."""
     app = create_app(Settings())
     app.conf.task_always_eager = True
     seen: list[dict[str, str | None]] = []
 
-    @app.task(name="rsi.test_probe", bind=True)
-    def probe(self: object, run_id: str, agent: str, extra: int = 0) -> None:
+    @task(app, [LogContext()], "rsi.test_probe", Policy(capped=lambda call: None))
+    def probe(run_id: str, agent: str, extra: int = 0) -> None:
         seen.append(current_context())
 
     probe.apply(args=("r_7",), kwargs={"agent": "shop"})
     assert seen[0]["run_id"] == "r_7" and seen[0]["agent_id"] == "shop"
     assert seen[0]["task"] == "rsi.test_probe" and seen[0]["task_id"]
     assert current_context()["run_id"] is None  # cleared after the task
+
+
+def test_celerys_own_lines_about_a_task_carry_its_context(root_logger: logging.Logger) -> None:
+    """Celery writes ``succeeded in`` outside the body: ``connect_task_context`` binds the same fields
+    from Celery's signals, reading the wrapped task's real parameters."""
+    app = create_app(Settings())
+    seen: list[dict[str, str | None]] = []
+
+    def record(**_: object) -> None:
+        seen.append(current_context())
+
+    signals.task_success.connect(record, weak=False, dispatch_uid="test-context-on-success")
+    try:
+        assert TASK_SWEEP in app.tasks
+        @task(app, [], "rsi.test_celery_lines", Policy(capped=lambda call: None))
+        def probe(run_id: str, agent: str) -> str:
+            return "ok"
+
+        probe.apply(args=("r_8", "shop"))
+    finally:
+        signals.task_success.disconnect(dispatch_uid="test-context-on-success")
+    assert seen and seen[0]["run_id"] == "r_8" and seen[0]["agent_id"] == "shop"
+    assert seen[0]["task"] == "rsi.test_celery_lines"
+    assert current_context()["run_id"] is None
 
 
 def test_otel_is_off_by_default_and_not_imported() -> None:
