@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import instance_state
 
@@ -36,6 +37,7 @@ __all__ = [
     "finish_run",
     "get_run",
     "mark_interrupted",
+    "new_run_id",
     "retain_runs",
     "running_runs",
     "runs",
@@ -56,7 +58,8 @@ _FINAL_STATUSES = ("recorded", "kept", "failed", "adopted", "skipped")
 _NEWEST = (RunRow.started_at.desc(), sa.func.coalesce(RunRow.fence, 0).desc(), RunRow.id.desc())
 
 
-def _run_id() -> str:
+def new_run_id() -> str:
+    """``"run_" + 24 lowercase hex`` (random)."""
     return "run_" + secrets.token_hex(12)
 
 
@@ -103,7 +106,7 @@ def start_run(
     agent = session.get(AgentRow, agent_id)
     assert agent is not None
     row = RunRow(
-        id=run_id or _run_id(),
+        id=run_id or new_run_id(),
         agent_id=agent_id,
         kind=kind,
         io_id=io_id,
@@ -125,7 +128,7 @@ def skip_run(
     (SPEC §3.12.4, e.g. "provider runs its own loop")."""
     agent = lock_agent(session, agent_id)
     row = RunRow(
-        id=_run_id(), agent_id=agent_id, kind=kind, io_id=io_id, status="skipped", reason=reason,
+        id=new_run_id(), agent_id=agent_id, kind=kind, io_id=io_id, status="skipped", reason=reason,
         start_version=agent.current_version, fence=None, result={"status": "skipped", "reason": reason},
     )
     row.finished_at = db_now()
@@ -338,7 +341,7 @@ def running_runs(session: Session, agent_id: str | None = None) -> list[RunRow]:
     return list(session.execute(stmt.order_by(RunRow.started_at, RunRow.id)).scalars())
 
 
-def retain_runs(session: Session, agent_id: str, keep: int) -> int:
+def retain_runs(session: Session | Connection, agent_id: str, keep: int) -> int:
     """Delete the agent's runs beyond the ``keep`` newest, with their replay rows.
 
     ``running`` rows are never deleted. The caller holds the agent lock. Returns the run count.

@@ -34,17 +34,20 @@ def bench_replay_cmd(
 
 @bench.command("ingest")
 def bench_ingest_cmd(
-    turns: int = typer.Option(10_000, "--turns", min=1, help="Timed record_turn calls."),
+    turns: int = typer.Option(10_000, "--turns", min=1, help="Timed record_turn calls per thread count."),
     agents: int = typer.Option(100, "--agents", min=1, help="Agents the turns are spread over."),
     backend: str = typer.Option("both", "--backend", help="sqlite, postgres or both."),
-    threads: int = typer.Option(1, "--threads", min=1, help="Concurrent callers sharing one client."),
+    threads: str = typer.Option(
+        "1,8", "--threads",
+        help="Concurrent callers sharing one client; several counts (1,8) run one after the other on "
+             "the same servers and the report gives each one's throughput over the first's."),
     as_json: bool = typer.Option(False, "--json", help="Print the reports as JSON."),
 ) -> None:
-    """record_turn throughput and p50/p99 latency: real SQL, Redis and Celery-message publish
-    (private redis-server and PostgreSQL are started and removed)."""
+    """record_turn throughput, p50/p99 latency, SQL statements per call and thread scaling: real SQL,
+    Redis and Celery-message publish (private redis-server and PostgreSQL are started and removed)."""
     import json
 
-    from rsi_worker.bench.ingest import Backend, bench_ingest_backends
+    from rsi_worker.bench.ingest import Backend, bench_ingest_backends, parse_threads
 
     choices: dict[str, list[Backend]] = {
         "sqlite": ["sqlite"],
@@ -53,7 +56,11 @@ def bench_ingest_cmd(
     }
     if backend not in choices:
         raise typer.BadParameter("must be sqlite, postgres or both", param_hint="--backend")
-    reports = bench_ingest_backends(choices[backend], turns, agents, threads=threads)
+    try:
+        counts = parse_threads(threads)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--threads") from None
+    reports = bench_ingest_backends(choices[backend], turns, agents, threads=counts)
     if as_json:
         typer.echo(json.dumps(reports, indent=2))
         return
@@ -62,8 +69,9 @@ def bench_ingest_cmd(
 
     table = Table(title=f"rsi bench ingest (turns={turns}, agents={agents}, threads={threads})")
     table.add_column("metric")
-    for report in reports:
-        table.add_column(str(report["backend"]), justify="right")
+    columns = [(report, run) for report in reports for run in report["runs"]]
+    for report, run in columns:
+        table.add_column(f"{report['backend']} ×{run['threads']}", justify="right")
     for key in (
         "turns_per_s",
         "p50_ms",
@@ -71,15 +79,20 @@ def bench_ingest_cmd(
         "max_ms",
         "mean_ms",
         "seconds",
+        "sql_statements_per_call",
         "outcomes",
         "broker_messages",
-        "world_bytes_mean",
     ):
-        table.add_row(key, *(str(r.get(key)) for r in reports))
-    for outcome in sorted({o for r in reports for o in r["by_outcome"]}):
+        table.add_row(key, *(str(run.get(key)) for _, run in columns))
+    table.add_row("throughput / first count", *(str(report["scaling"].get(str(run["threads"])))
+                                                for report, run in columns))
+    for outcome in sorted({o for _, run in columns for o in run["by_outcome"]}):
         for stat in ("p50_ms", "p99_ms"):
-            cells = (str(r["by_outcome"].get(outcome, {}).get(stat)) for r in reports)
+            cells = (str(run["by_outcome"].get(outcome, {}).get(stat)) for _, run in columns)
             table.add_row(f"{outcome} {stat}", *cells)
+    for kind in sorted({k for _, run in columns for k in run["sql_statements"]}):
+        table.add_row(f"sql {kind}", *(str(run["sql_statements"].get(kind, 0)) for _, run in columns))
+    table.add_row("world_bytes_mean", *(str(report["world_bytes_mean"]) for report, _ in columns))
     Console().print(table)
 
 
