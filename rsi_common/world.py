@@ -447,7 +447,7 @@ def finalize_world(data: Mapping[str, Any]) -> dict[str, Any]:
     w["truncated"] = bool(w.get("truncated")) or cut
     _add_defects(w, guard_world(w))
     out = _validate(w, prepared=True)
-    size = world_bytes(out)
+    size = out["bytes"]  # computed by the validation (the prepared copy has no "bytes")
     if size > MAX_WORLD_BYTES:
         out["replayable"] = False
         out["state"]["messages"] = []
