@@ -293,12 +293,13 @@ class _Walker:
         self.repair = repair
         self.max_depth = max_depth
         self.error = error
-        self.limit_text = limit_text or f"{max_bytes:,} bytes"
+        self.limit_text = limit_text
         self.size = 0
         self.defects: list[Defect] = []
 
     def over(self, path: str) -> InputLimitError:
-        return self.error(_fmt(path, f"over the size limit of {self.limit_text}"))
+        limit = self.limit_text or f"{self.max_bytes:,} bytes"  # formatted only for the message
+        return self.error(_fmt(path, f"over the size limit of {limit}"))
 
     def walk(self, value: Any, path: str, depth: int) -> Any:
         if isinstance(value, str):
@@ -318,10 +319,20 @@ class _Walker:
             entries: Iterable[tuple[Any, Any]] = node.items() if keyed else enumerate(node)
             for i, (k, item) in enumerate(entries):
                 key = k if keyed else None
-                if keyed:
-                    self.key(k, p, i)
+                if keyed:  # an ASCII key without U+0000 within the budget: counted here
+                    if (type(k) is str and k.isascii() and "\x00" not in k
+                            and len(k) <= self.max_bytes - self.size):
+                        self.size += len(k) + 3
+                    else:
+                        self.key(k, p, i)
                 t = type(item)
-                if t is str or (t not in _SCALARS and isinstance(item, str)):
+                if t is str and item.isascii() and "\x00" not in item:  # the common case of text()
+                    if len(item) > self.max_bytes - self.size:
+                        raise self.over(_child(p, key, i))
+                    self.size += len(item) + 2
+                    if self.size > self.max_bytes:
+                        raise self.over(_child(p, key, i))
+                elif t is str or (t not in _SCALARS and isinstance(item, str)):
                     new = self.text(item, p, key, i, mutable)
                     if new is not item:
                         node[k] = new

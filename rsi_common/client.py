@@ -386,9 +386,9 @@ class RsiClient:
         marks = self._marks.take()
         try:
             with self.engine.begin() as conn:
-                if marks:
-                    mark_handed_off(conn, marks)
                 yield conn
+                if marks:  # last: the rows it locks are never held while this transaction waits
+                    mark_handed_off(conn, marks)
         except BaseException:
             self._marks.restore(marks)
             raise
@@ -434,12 +434,14 @@ class RsiClient:
         check_id(agent_id, "agent_id")
         check_id(io_id, "io_id")
         clean = check_signals(signals)
-        marks = self._marks.take(due_only=False)  # written before the clear below, never after it
+        marks = self._marks.take(due_only=False)
         try:
             with self._sessions.begin() as s:
-                if marks:
-                    db.mark_enqueued(s, marks)
                 recorded, frozen = self._store_signals(s, agent_id, io_id, clean)
+                # the clear supersedes this world's pending mark: it must not be written after it
+                rest = marks if frozen else [m for m in marks if m != recorded.world_id]
+                if rest:
+                    mark_handed_off(s.connection(), rest)
         except BaseException:
             self._marks.restore(marks)
             raise

@@ -140,8 +140,14 @@ _DROP: Any = object()
 
 def _jsonable(v: Any, metadata: bool) -> Any:
     """A JSON-safe deep copy; ``metadata`` drops (``_DROP``) what the lax mode would ``str()``."""
-    if v is None or type(v) in (str, bool, int):
+    t = type(v)
+    if v is None or t is str or t is bool or t is int:
         return v
+    if t is float and math.isfinite(v):  # a plain float survives the JSON round trip unchanged
+        return v
+    if t is list:
+        items = [_jsonable(i, metadata) for i in v]
+        return [i for i in items if i is not _DROP]
     if isinstance(v, (str, int, float)):  # floats and subclasses (enums, numpy floats): as JSON reads them
         if isinstance(v, float) and not math.isfinite(v):
             return _DROP if metadata else str(v)

@@ -4,19 +4,20 @@
 :func:`record_world_turn` stores a turn with a world; :func:`record_bare_turn` one without (capture
 off, own loop). Both run on the caller's connection inside its transaction and never commit:
 
-1. ``mark`` (only when the client has hand-off marks due): ``UPDATE rsi_worlds SET enqueued_at = now``
-   for the worlds whose trigger was handed off since the last flush;
-2. the agent **upsert**: ``INSERT … ON CONFLICT (id) DO UPDATE SET turns = turns + 1 RETURNING``
+1. the agent **upsert**: ``INSERT … ON CONFLICT (id) DO UPDATE SET turns = turns + 1 RETURNING``
    creates the agent, takes its row lock (PostgreSQL; on SQLite the transaction already holds the
    database's write lock, ``BEGIN IMMEDIATE``) and returns ``frozen``, ``current_version`` and the new
    ``turns`` — the lock :func:`~rsi_common.db.agents.lock_agent` takes, in the same statement;
-3. the world **insert**: ``INSERT … SELECT …, coalesce(max(seq), 0) + 1 … ON CONFLICT (agent_id, io_id)
+2. the world **insert**: ``INSERT … SELECT …, coalesce(max(seq), 0) + 1 … ON CONFLICT (agent_id, io_id)
    DO NOTHING RETURNING id, seq, replayable`` — ``seq`` numbered in the statement under the agent
    lock, idempotent per turn (a repeated ``io_id`` inserts nothing and the rare path reads the row);
-4. the trajectory insert (``ON CONFLICT (id) DO NOTHING``);
-5. every :data:`RETENTION_EVERY`-th turn of the agent (``turns`` divisible by it): the world and
+3. the trajectory insert (``ON CONFLICT (id) DO NOTHING``);
+4. every :data:`RETENTION_EVERY`-th turn of the agent (``turns`` divisible by it): the world and
    trajectory retention deletes. Between two runs at most ``RETENTION_EVERY - 1`` rows of each
-   table are kept beyond the bound; the consolidation reads only the latest ``world_pool`` worlds.
+   table are kept beyond the bound; the consolidation reads only the latest ``world_pool`` worlds;
+5. last, and only when the client has hand-off marks due, :func:`mark_handed_off`: ``UPDATE
+   rsi_worlds SET enqueued_at = now`` for the worlds whose trigger was handed off since the last
+   flush (the caller runs it).
 
 Run retention is left to :func:`~rsi_common.db.runs.start_run`, which applies it when a run row is
 made; the own-loop path, which makes a ``skipped`` run row itself, applies it too.
@@ -104,8 +105,10 @@ def _statements(dialect: str) -> dict[str, Any]:
     existing = sa.select(_W.c.id, _W.c.seq, _W.c.replayable).where(
         _W.c.agent_id == sa.bindparam("agent_id"), _W.c.io_id == sa.bindparam("io_id"))
     trajectory = insert(_T).values(created_at=now).on_conflict_do_nothing(index_elements=["id"])
-    mark = (sa.update(_W).where(_W.c.id.in_(sa.bindparam("ids", expanding=True)), _W.c.enqueued_at.is_(None))
-            .values(enqueued_at=now))
+    free = (sa.select(_W.c.id)
+            .where(_W.c.id.in_(sa.bindparam("ids", expanding=True)), _W.c.enqueued_at.is_(None))
+            .with_for_update(skip_locked=True))  # PostgreSQL: never waits; SQLite: one writer, no clause
+    mark = sa.update(_W).where(_W.c.id.in_(free.scalar_subquery())).values(enqueued_at=now)
     skipped = sa.insert(_R).values(started_at=now, finished_at=now)
     return {"upsert": upsert, "world": world, "existing": existing, "trajectory": trajectory, "mark": mark,
             "skipped": skipped}
@@ -115,7 +118,12 @@ _TRAJECTORY_FIELDS = tuple(c.key for c in _T.columns if c.key not in ("id", "cre
 
 
 def mark_handed_off(conn: Connection, world_ids: Sequence[str]) -> int:
-    """Set ``enqueued_at`` (database clock) on the given worlds that have none; returns the count."""
+    """Set ``enqueued_at`` (database clock) on the given worlds that have none; returns the count.
+
+    A world whose row another transaction holds (PostgreSQL) is skipped, not waited for: a record
+    transaction runs this last and never waits with the rows it marked locked, so it cannot close a
+    lock cycle. A skipped world stays un-marked; the sweeper triggers it once more (harmless).
+    """
     if not world_ids:
         return 0
     result = conn.execute(_statements(conn.dialect.name)["mark"], {"ids": list(world_ids)})

@@ -17,7 +17,11 @@ statements its own thread ran; ``sql_statements`` splits the total by kind (``IN
 
 **Thread scaling**: each thread count of ``threads`` (e.g. ``(1, 8)``) records its own turns (new
 agents) on the same servers, one after the other; the report's top-level figures are those of the
-first count and ``scaling`` gives each count's throughput over the first one's.
+first count and ``scaling`` gives each count's throughput over the first one's. ``client_cpu_ms_per_call``
+is the benchmark process's CPU time (all its threads: the checks, SQLAlchemy, the drivers' Python
+parts) per call, and ``client_cpu_share`` that CPU time over the wall time: the host's Python code
+holds the GIL for most of it, so more threads can raise the throughput by at most about
+``1 / client_cpu_share`` of the one-thread run (and not past the cores the servers leave free).
 
 Worlds are real kernel captures: a few live sim turns (latency 0) under H0, cycled through; each
 recorded turn gets its own ``io_id``, agent, conversation and clock. Building the turn mapping is
@@ -232,7 +236,9 @@ def _run(client: RsiClient, counter: StatementCounter, rurl: str, template: list
     with contextlib.closing(redis_client(rurl)) as r:
         queued_before = int(r.llen(QUEUE_CONSOLIDATE))
         counter.reset()
+        cpu0 = time.process_time()
         results, wall_s = _record_all(client, _turns(n_turns, n_agents, prefix, template), threads, counter)
+        cpu_s = time.process_time() - cpu0
         total, kinds = counter.total, dict(counter.kinds)
         queued = int(r.llen(QUEUE_CONSOLIDATE)) - queued_before
     by_outcome: dict[str, list[tuple[float, int]]] = {}
@@ -251,6 +257,8 @@ def _run(client: RsiClient, counter: StatementCounter, rurl: str, template: list
                                       for k, v in sorted(by_outcome.items())},
         "sql_statements": {k: per_call(v, n_turns) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
         "broker_messages": queued,
+        "client_cpu_ms_per_call": round(cpu_s / n_turns * 1000, 3),
+        "client_cpu_share": round(cpu_s / wall_s, 3) if wall_s > 0 else None,
     }
 
 
@@ -280,8 +288,9 @@ def bench_ingest(
         ``{backend, turns, agents, threads, seconds, turns_per_s, p50_ms, p99_ms, max_ms, mean_ms,
         by_outcome {enqueued|pending|…: {n, p50_ms, p99_ms, max_ms, mean_ms}}, outcomes,
         sql_statements_per_call, sql_statements_by_outcome, sql_statements {kind: per call},
-        broker_messages, world_bytes_mean, world_retention, pool_size, runs [the same figures per
-        thread count], scaling {threads: throughput over the first count's}}``; latencies in
+        broker_messages, client_cpu_ms_per_call, client_cpu_share, world_bytes_mean, world_retention,
+        pool_size, runs [the same figures per thread count], scaling {threads: throughput over the
+        first count's}}``; latencies in
         milliseconds; the top-level figures are those of the first thread count.
     """
     counts = [threads] if isinstance(threads, int) else list(threads)

@@ -80,6 +80,8 @@ def bench_ingest_cmd(
         "mean_ms",
         "seconds",
         "sql_statements_per_call",
+        "client_cpu_ms_per_call",
+        "client_cpu_share",
         "outcomes",
         "broker_messages",
     ):
