@@ -11,7 +11,7 @@ Usage::
 **The turn never waits.** :meth:`RsiClient.record_turn` stores the world in SQL first (the durable
 truth), then hands the trigger to Redis and the broker, each with a short timeout (1 s). If either
 is down, no exception reaches the host: a warning names the agent (never the world), the world stays
-un-enqueued and the sweeper (``rsi_worker.sweeper``) triggers it later. Database errors do raise
+un-enqueued and the sweeper (``rsi_worker.cluster.sweeper``) triggers it later. Database errors do raise
 (``sqlalchemy.exc.SQLAlchemyError``): nothing could be stored.
 
 **Thread safety.** One client per process, shared by every thread: the engine, the Redis client and

@@ -298,11 +298,18 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(None, ge=1, le=65535)
     """Port of the worker's Prometheus endpoint (1..65535); ``None`` = off."""
     log_format: Literal["json", "text"] = "json"
-    """``json``: one JSON object per line (``rsi_worker.logs``); ``text``: one readable line."""
+    """``json``: one JSON object per line (``rsi_worker.observability.logs``); ``text``: one readable line."""
     log_level: str = "INFO"
     """Root log level of ``rsi worker`` / ``rsi beat`` (``-l`` overrides it)."""
     otel: bool = False
-    """OpenTelemetry tracing of Celery tasks; needs the ``otel`` extra (``rsi_worker.tracing``)."""
+    """OpenTelemetry tracing of Celery tasks; needs the ``otel`` extra
+    (``rsi_worker.observability.tracing``)."""
+    api_rate_per_min: int = Field(600, ge=0, le=1_000_000)
+    """Service API: requests per minute of a token without a rate of its own; 0 = no limit
+    (docs/service/access.md)."""
+    api_max_body_bytes: int = Field(16_000_000, ge=1_000, le=64_000_000)
+    """Service API: largest request body of a recorded turn, in bytes; other requests: 64 KB
+    (docs/service/api.md)."""
 
     def __init__(self, **values: Any) -> None:
         """Read the environment (and ``values``) and validate.

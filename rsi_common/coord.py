@@ -14,6 +14,8 @@ Keys (``{agent}``, ``{run}``, ``{cand}`` are format fields; values are UTF-8 str
                                   ``delta``, ``S_t`` (``repr`` floats); TTL ``run_ttl_s``
 ``rsi:run:{run}:slots:{cand}``    set of trial slots already counted (redelivery safety); TTL ``run_ttl_s``
 ``rsi:run:{run}:cancel:{cand}``   ``"1"`` once the candidate provably cannot pass the floor; TTL ``run_ttl_s``
+``rsi:rate:{token}:{minute}``     requests of one service API token in one minute (epoch minute of the
+                                  Redis clock); TTL 120 s (``rsi_worker.service.ratelimit``)
 ================================  =======================================================================
 
 The sweeper iterates the agents that have a lease or a pending mark with :meth:`Coordinator.agents_with`
@@ -79,6 +81,7 @@ __all__ = [
     "fence_key",
     "lease_key",
     "pending_key",
+    "rate_key",
     "slots_key",
     "spend_key",
 ]
@@ -117,6 +120,11 @@ def slots_key(run: str, cand: str) -> str:
 def cancel_key(run: str, cand: str) -> str:
     """``rsi:run:{run}:cancel:{cand}`` — set once the candidate provably cannot pass the floor."""
     return f"rsi:run:{run}:cancel:{cand}"
+
+
+def rate_key(token: str, minute: int) -> str:
+    """``rsi:rate:{token}:{minute}`` — a service API token's requests in one epoch minute."""
+    return f"rsi:rate:{token}:{minute}"
 
 
 def spend_key(day: str, agent: str | None = None) -> str:

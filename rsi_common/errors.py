@@ -9,18 +9,16 @@
 * :class:`CoordinationError` — the run lost its right to write (lease lost, fence superseded).
   The run stops at once and writes nothing else.
 
-Failures are stored as data (:func:`error_record`), never pickled.
+Failures are stored as data (:func:`rsi_common.stored.error_record`), never pickled.
 """
 
 from __future__ import annotations
 
-from typing import TypedDict
-
 __all__ = [
+    "AccessDenied",
     "BrokerUnavailable",
     "CoordinationError",
     "CredentialError",
-    "ErrorRecord",
     "FenceRejected",
     "InfrastructureError",
     "InputLimitError",
@@ -37,13 +35,13 @@ __all__ = [
     "PathEscapeError",
     "ReplayFailure",
     "RsiError",
+    "ServiceUnavailable",
     "SettingsError",
     "TamperError",
     "UnknownAgentError",
     "UnknownVersionError",
     "WorldError",
     "WorldLimitError",
-    "error_record",
 ]
 
 
@@ -107,6 +105,11 @@ class UnknownAgentError(InvalidInput, KeyError):
         return str(self.args[0]) if self.args else "unknown agent"
 
 
+class AccessDenied(InvalidInput):
+    """The service refused the caller's token (401: missing, unknown or revoked; 403: a scope is
+    missing or the agent is outside the token's prefix). Never retried."""
+
+
 class UnknownVersionError(InvalidInput, KeyError):
     """No stored harness version with this id exists for the agent."""
 
@@ -134,6 +137,11 @@ class BrokerUnavailable(InfrastructureError):
     A host never sees it from ``RsiClient.record_turn``: the world stays stored and un-enqueued, and
     the sweeper hands it off later.
     """
+
+
+class ServiceUnavailable(InfrastructureError):
+    """The rsi-worker service could not be reached, or kept answering 429 / 5xx, after the client's
+    retries (``rsi_common.http_client``)."""
 
 
 class ModelError(RsiError):
@@ -169,24 +177,3 @@ class LeaseLost(CoordinationError):
 
 class FenceRejected(CoordinationError):
     """A newer run has written for this agent; this run's write is refused."""
-
-
-class ErrorRecord(TypedDict):
-    """A failure stored as data."""
-
-    type: str
-    message: str
-
-
-def error_record(exc: BaseException, limit: int = 300) -> ErrorRecord:
-    """Return ``{type, message}`` for ``exc``, the message cut to ``limit`` characters.
-
-    The message is safe to store and show (:func:`rsi_common.stored.safe_text`: invalid characters
-    replaced, credential-shaped text withheld); a database error's message, which quotes the
-    statement and its parameters, is not kept at all.
-    """
-    from rsi_common.stored import safe_text
-
-    if type(exc).__module__.split(".")[0] == "sqlalchemy":
-        return {"type": type(exc).__name__, "message": "database error (statement and parameters not shown)"}
-    return {"type": type(exc).__name__, "message": safe_text(str(exc), limit)}

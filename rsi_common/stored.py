@@ -23,14 +23,17 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from rsi_common.credentials import find_credentials
+from rsi_common.errors import RsiError
 
 __all__ = [
     "MAX_STORED_DEPTH",
+    "ErrorRecord",
     "StoredDataError",
     "decode_stored",
+    "error_record",
     "first_problem",
     "repair",
     "safe_reason",
@@ -70,13 +73,30 @@ def safe_reason(exc: BaseException, limit: int = 300) -> str:
     """``"<ExceptionClass>: <message>"`` for the project's own errors and Unicode errors (their
     messages name fields and positions, not values), the class name alone for any other exception
     (a database or library message may quote the data), always through :func:`safe_text`."""
-    from rsi_common.errors import RsiError
-
     name = type(exc).__name__
     if isinstance(exc, RsiError | UnicodeError | StoredDataError):
         message = str(exc)
         return safe_text(f"{name}: {message}" if message else name, limit)
     return name
+
+
+class ErrorRecord(TypedDict):
+    """A failure stored as data."""
+
+    type: str
+    message: str
+
+
+def error_record(exc: BaseException, limit: int = 300) -> ErrorRecord:
+    """Return ``{type, message}`` for ``exc``, the message cut to ``limit`` characters.
+
+    The message is safe to store and show (:func:`safe_text`: invalid characters replaced,
+    credential-shaped text withheld); a database error's message, which quotes the statement and
+    its parameters, is not kept at all.
+    """
+    if type(exc).__module__.split(".")[0] == "sqlalchemy":
+        return {"type": type(exc).__name__, "message": "database error (statement and parameters not shown)"}
+    return {"type": type(exc).__name__, "message": safe_text(str(exc), limit)}
 
 
 def _key_path(path: str, key: object) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from rsi_worker.commands import admin, batch, bench, cluster, db, loadtest, worlds
+from rsi_worker.commands import admin, batch, bench, cluster, db, loadtest, service, worlds
 from rsi_worker.commands.common import cli_errors
 
 
@@ -35,6 +35,7 @@ cluster.register(app)
 admin.register(app)
 batch.register(app)
 loadtest.register(app)
+service.register(app)
 app.add_typer(db.db, name="db")
 app.add_typer(bench.bench, name="bench")
 app.add_typer(worlds.worlds, name="worlds")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Make sure the servers the tests start for real are installed: redis-server and PostgreSQL.
+# Make sure the servers the tests start for real are installed: redis-server and PostgreSQL, and the
+# headless browser of the console tests: Debian's chromium (driven by Playwright at /usr/bin/chromium).
 # As root, install missing ones from Debian's packages; otherwise say how.
 set -euo pipefail
 
@@ -8,6 +9,7 @@ command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need+
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   need+=(postgresql)
 fi
+[ -x /usr/bin/chromium ] || need+=(chromium)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then

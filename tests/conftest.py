@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rsi_worker.servers import PostgresServer, RedisServer
+from rsi_worker.local.servers import PostgresServer, RedisServer
 
 # Settings are read from the environment when constructed: keep the host's RSI_* out of tests.
 for _key in [k for k in os.environ if k.upper().startswith("RSI_")]:

@@ -203,7 +203,7 @@ class RunRow(Base):
     result: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
     """``ConsolidationResult.summary()`` (no payload, no state)."""
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
-    """``{type, message}`` of the exception that failed the run (``errors.error_record``)."""
+    """``{type, message}`` of the exception that failed the run (``stored.error_record``)."""
     started_at: Mapped[datetime] = _created()
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 

@@ -23,7 +23,8 @@ from rsi_common.db.agents import add_harness, lock_agent
 from rsi_common.db.models import RUN_STATUSES, AgentRow, ReplayRow, RunRow
 from rsi_common.db.regressions import add_regressions
 from rsi_common.db.sqltypes import db_ago, db_now
-from rsi_common.errors import ErrorRecord, InvalidInput
+from rsi_common.errors import InvalidInput
+from rsi_common.stored import ErrorRecord
 
 __all__ = [
     "FROZEN_REASON",

@@ -4,7 +4,9 @@ A harness is a manifest of typed components plus the text files they reference; 
 SHA-256 of its content. Modules: ``manifest`` (model + validation), ``paths`` (path safety),
 ``addresses`` (edit addresses, locks), ``version`` (canonical JSON, version id), ``payload``
 (:class:`Harness`, materialisation), ``storage`` (directories), ``checkpoint`` (export files),
-``bundled`` (H0, resolution), ``impls`` (registered impls), ``instantiate``, ``tagging``, ``diff``.
+``bundled`` (H0, resolution), ``tagging``, ``diff``. The package is a format: it names component
+classes by impl string and never imports them; which classes exist, and building them, is the
+kernel's component registry (``rsi_common.kernel.components``).
 The bundled harnesses live in the data directory ``builtin/<name>/`` (hence no ``builtin.py``
 module, which would shadow it for type checkers).
 """
@@ -16,7 +18,6 @@ from rsi_common.harness.addresses import (
     Address,
     addresses_for,
     editable_addresses,
-    is_locked,
     param_leaves,
     parse_address,
     with_param,
@@ -24,9 +25,7 @@ from rsi_common.harness.addresses import (
 from rsi_common.harness.bundled import BUILTIN_ROOT, H0_VERSION, builtin_dir, h0, resolve_harness
 from rsi_common.harness.checkpoint import Checkpoint, checkpoint_filename, checkpoint_json, load_checkpoint
 from rsi_common.harness.diff import diff_trees, harness_from_workspace, workspace_of
-from rsi_common.harness.impls import KNOWN_IMPLS, PROTOCOL_METHODS
-from rsi_common.harness.instantiate import instantiate
-from rsi_common.harness.manifest import IMPL_PREFIX, SCHEMA, ComponentSpec, Manifest, load_manifest
+from rsi_common.harness.manifest import IMPL_PREFIX, SCHEMA, ComponentSpec, Manifest, is_locked, load_manifest
 from rsi_common.harness.paths import MANIFEST_FILE, check_path
 from rsi_common.harness.payload import Harness, build_harness, materialize
 from rsi_common.harness.storage import dir_name, export_dir, load_dir
@@ -37,10 +36,8 @@ __all__ = [
     "BUILTIN_ROOT",
     "H0_VERSION",
     "IMPL_PREFIX",
-    "KNOWN_IMPLS",
     "MANIFEST_FILE",
     "PLATFORM_FIELDS",
-    "PROTOCOL_METHODS",
     "SCHEMA",
     "Address",
     "Checkpoint",
@@ -63,7 +60,6 @@ __all__ = [
     "export_dir",
     "h0",
     "harness_from_workspace",
-    "instantiate",
     "is_locked",
     "load_checkpoint",
     "load_dir",

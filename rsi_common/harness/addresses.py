@@ -14,12 +14,11 @@ one set (docs/security/gate.md, "Locks").
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping, Sequence
-from fnmatch import fnmatchcase
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal, NamedTuple
 
 from rsi_common.errors import LockedFieldError, ManifestError
-from rsi_common.harness.manifest import ComponentSpec, Manifest, load_manifest
+from rsi_common.harness.manifest import ComponentSpec, Manifest, is_locked, load_manifest
 from rsi_common.harness.version import canonical_json
 
 __all__ = [
@@ -31,7 +30,6 @@ __all__ = [
     "changed_between",
     "component_values",
     "editable_addresses",
-    "is_locked",
     "param_items",
     "param_leaves",
     "parse_address",
@@ -156,11 +154,6 @@ def addresses_for(manifest: Manifest) -> list[str]:
         out.extend(param_leaves(c.params, f"{c.id}.params"))
         out.extend(f"{c.id}.files.{p}" for p in c.files)
     return out
-
-
-def is_locked(addr: str, patterns: Sequence[str]) -> bool:
-    """``fnmatchcase(addr, p) or fnmatchcase(addr, p + ".*")`` for some pattern p (case-sensitive)."""
-    return any(fnmatchcase(addr, p) or fnmatchcase(addr, p + ".*") for p in patterns)
 
 
 def editable_addresses(manifest: Manifest) -> list[str]:

@@ -23,6 +23,7 @@ import copy
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any
 
 from rsi_common.boundary import MAX_MANIFEST_BYTES, check_depth, key_segment, scan
@@ -36,6 +37,7 @@ __all__ = [
     "SINGLETON_KINDS",
     "ComponentSpec",
     "Manifest",
+    "is_locked",
     "load_manifest",
 ]
 
@@ -148,9 +150,7 @@ class Manifest:
         return f if isinstance(f, str) else None
 
     def is_locked(self, addr: str) -> bool:
-        """Whether ``addr`` is locked by this manifest's ``locked`` patterns (see ``addresses.is_locked``)."""
-        from rsi_common.harness.addresses import is_locked
-
+        """Whether ``addr`` is locked by this manifest's ``locked`` patterns (:func:`is_locked`)."""
         return is_locked(addr, self.locked)
 
     def with_parent(self, parent: str | None) -> Manifest:
@@ -280,6 +280,12 @@ def _component(raw: Any, index: int) -> ComponentSpec:
         raise ManifestError(f"{where} 'enabled' must be true or false")
     description = _str_field(raw, "description", "", where)
     return ComponentSpec(cid, kind, impl, copy.deepcopy(dict(params)), tuple(files), enabled, description)
+
+
+def is_locked(addr: str, patterns: Sequence[str]) -> bool:
+    """Whether a ``locked`` pattern covers ``addr``: ``fnmatchcase(addr, p) or fnmatchcase(addr, p + ".*")``
+    for some pattern p (case-sensitive), so a pattern locks an address and everything under it."""
+    return any(fnmatchcase(addr, p) or fnmatchcase(addr, p + ".*") for p in patterns)
 
 
 def _check_components(m: Manifest) -> None:

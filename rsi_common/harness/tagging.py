@@ -31,9 +31,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from rsi_common.harness.addresses import ORDER_ADDRESS, changed_between, is_locked, reordered
+from rsi_common.harness.addresses import ORDER_ADDRESS, changed_between, reordered
 from rsi_common.harness.diff import split_workspace
-from rsi_common.harness.manifest import ComponentSpec, Manifest, load_manifest
+from rsi_common.harness.manifest import ComponentSpec, Manifest, is_locked, load_manifest
 from rsi_common.harness.payload import Harness
 from rsi_common.harness.version import canonical_json
 from rsi_common.kinds import in_kind_order

@@ -8,15 +8,16 @@ limits come from host kwargs and settings only. Live turns (:func:`run_turn`) an
 from __future__ import annotations
 
 from rsi_common.kernel.ledger import PURPOSES, CallRecord, Ledger, TurnStop
-from rsi_common.kernel.registry import BUILTIN_LIVE_TOOLS, TOOL_SEARCH, ToolRegistry, tool_search_def
 from rsi_common.kernel.runner import ExecutedCall, ToolRunner
-from rsi_common.kernel.runtime import ModelConfig, TurnRuntime
+from rsi_common.kernel.runtime import TurnRuntime
+from rsi_common.kernel.tool_registry import BUILTIN_LIVE_TOOLS, TOOL_SEARCH, ToolRegistry, tool_search_def
 from rsi_common.kernel.turn import build_registry, run_turn, trajectory_record
 from rsi_common.kernel.types import (
     DEFAULT_MAX_TOKENS,
     MODEL_DEFAULTS,
     Decision,
     MemoryProvider,
+    ModelConfig,
     ParsedStep,
     RetryPolicy,
     ToolDef,

@@ -24,13 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from rsi_common.boundary import Defect, check_depth
 from rsi_common.errors import InputLimitError, WorldError, WorldLimitError
-from rsi_common.kernel.registry import ToolRegistry
-from rsi_common.kernel.types import TurnPlan
+from rsi_common.kernel.tool_registry import ToolRegistry
+from rsi_common.kernel.types import ModelConfig, TurnPlan
 from rsi_common.world import SAFE_KWARGS, WORLD_SCHEMA, finalize_world
 
 if TYPE_CHECKING:
     from rsi_common.kernel.runner import ExecutedCall
-    from rsi_common.kernel.runtime import ModelConfig
 
 __all__ = ["WorldCapture", "tool_defs_record"]
 

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from rsi_common.kernel.registry import ToolRegistry
+from rsi_common.kernel.tool_registry import ToolRegistry
 from rsi_common.kernel.types import ToolResult
 from rsi_common.stored import repair
 

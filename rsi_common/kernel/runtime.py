@@ -5,82 +5,47 @@ component may use: ``plan``, ``config``, ``messages`` (copy-on-write, see
 :mod:`rsi_common.kernel.messages`), ``turn_start``, ``system``, ``turn_context``, ``tools``,
 ``request_tools``, ``iteration``, ``clock``, ``memory``, ``memory_chunks``, ``components``,
 ``kwarg()``, ``emit()``, ``estimate_tokens()``, ``call_model()``, ``add_note()``, ``is_replay``.
+
+Components take the runtime, so they stand above it: the runtime knows a component only as a
+:class:`TurnComponent`, which :class:`~rsi_common.kernel.components.base.Component` satisfies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from rsi_common.errors import InvalidInput
 from rsi_common.kernel.ledger import Ledger, ModelCaller, Purpose
 from rsi_common.kernel.messages import TokenEstimator, add_note
-from rsi_common.kernel.registry import ToolRegistry
-from rsi_common.kernel.types import MODEL_DEFAULTS, MemoryProvider, TurnPlan
+from rsi_common.kernel.tool_registry import ToolRegistry
+from rsi_common.kernel.types import MemoryProvider, ModelConfig, TurnPlan
 from rsi_common.world import text_of
 
 if TYPE_CHECKING:
     from rsi_common.kernel.capture import WorldCapture
-    from rsi_common.kernel.components.base import Component
     from rsi_common.llm import ModelRequest, ModelResponse
 
-__all__ = ["ModelConfig", "TurnRuntime"]
+__all__ = ["TurnComponent", "TurnRuntime"]
 
 
-def _int_or_none(name: str, value: Any, *, minimum: int = 0) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise InvalidInput(f"kwarg {name} must be an integer, got {value!r}")
-    if int(value) < minimum:
-        raise InvalidInput(f"kwarg {name} must be ≥ {minimum}, got {value!r}")
-    return int(value)
+class TurnComponent(Protocol):
+    """What the runtime, and a component looking at its peers through it, use of a component."""
 
+    KIND: ClassVar[str]
 
-@dataclass(frozen=True)
-class ModelConfig:
-    """The turn's resolved model config and kernel limits (SPEC §7.1, §7.3).
+    @property
+    def id(self) -> str:
+        """The component id from the manifest."""
+        ...
 
-    Values come from host kwargs over :data:`~rsi_common.kernel.types.MODEL_DEFAULTS`; no
-    component can change them.
-    """
+    def prompt_blocks(self, rt: TurnRuntime) -> list[tuple[str, str]]:
+        """Prompt parts this component contributes."""
+        ...
 
-    max_tokens: int
-    temperature: float | None
-    thinking_level: str | None
-    enable_compaction: bool
-    context_window_budget: int
-    max_iterations: int
-    max_turn_tokens: int | None
-    output_schema: dict[str, Any] | None
-
-    @classmethod
-    def from_plan(cls, plan: TurnPlan) -> ModelConfig:
-        """Resolve host kwargs over the defaults.
-
-        Raises:
-            InvalidInput: a kwarg has the wrong type or range.
-        """
-        kw = {**MODEL_DEFAULTS, **{k: v for k, v in plan.kwargs.items() if v is not None}}
-        temperature = kw.get("temperature")
-        if temperature is not None and (isinstance(temperature, bool)
-                                        or not isinstance(temperature, int | float)):
-            raise InvalidInput(f"kwarg temperature must be a number, got {temperature!r}")
-        schema = plan.output_schema if plan.output_schema is not None else kw.get("output_schema")
-        if schema is not None and not isinstance(schema, Mapping):
-            raise InvalidInput("output_schema must be a JSON object")
-        level = kw.get("thinking_level")
-        return cls(
-            max_tokens=_int_or_none("max_tokens", kw["max_tokens"], minimum=1) or 1,
-            temperature=None if temperature is None else float(temperature),
-            thinking_level=None if level is None else str(level),
-            enable_compaction=bool(kw["enable_compaction"]),
-            context_window_budget=_int_or_none("context_window_budget", kw["context_window_budget"]) or 0,
-            max_iterations=_int_or_none("max_iterations", kw["max_iterations"], minimum=1) or 1,
-            max_turn_tokens=_int_or_none("max_turn_tokens", kw.get("max_turn_tokens")),
-            output_schema=None if schema is None else dict(schema),
-        )
+    def params_read(self) -> set[str]:
+        """Addresses ``<id>.params.<key>`` of every param read so far."""
+        ...
 
 
 @dataclass
@@ -91,7 +56,7 @@ class TurnRuntime:
     config: ModelConfig
     caller: ModelCaller
     tools: ToolRegistry
-    components: list[Component]
+    components: Sequence[TurnComponent]
     harness_version: str = ""
     harness_name: str = ""
     seed: int | None = None
@@ -149,12 +114,12 @@ class TurnRuntime:
         """Record a content-free kernel event."""
         self.events.append({"type": kind, "iteration": self.iteration, **data})
 
-    def fire(self, component: Component) -> None:
+    def fire(self, component: TurnComponent) -> None:
         """Note that a hook of ``component`` ran (trajectory ``components_fired``)."""
         if component.id not in self.fired:
             self.fired.append(component.id)
 
-    def components_of(self, kind: str) -> list[Component]:
+    def components_of(self, kind: str) -> list[TurnComponent]:
         """Enabled components of ``kind``, in manifest order."""
         return [c for c in self.components if kind == c.KIND]
 

@@ -13,14 +13,15 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from rsi_common.errors import WorldError
-from rsi_common.harness import Harness, h0, instantiate
+from rsi_common.harness import Harness, h0
 from rsi_common.kernel.capture import WorldCapture
+from rsi_common.kernel.components.registry import instantiate
 from rsi_common.kernel.ledger import Ledger, ModelCaller
 from rsi_common.kernel.loop import End, Hooks, main_steps, run_loop
-from rsi_common.kernel.registry import BUILTIN_LIVE_TOOLS, TOOL_SEARCH, ToolRegistry, tool_search_def
 from rsi_common.kernel.runner import ToolRunner
-from rsi_common.kernel.runtime import ModelConfig, TurnRuntime
-from rsi_common.kernel.types import RetryPolicy, ToolDef, TurnPlan, TurnResult
+from rsi_common.kernel.runtime import TurnRuntime
+from rsi_common.kernel.tool_registry import BUILTIN_LIVE_TOOLS, TOOL_SEARCH, ToolRegistry, tool_search_def
+from rsi_common.kernel.types import ModelConfig, RetryPolicy, ToolDef, TurnPlan, TurnResult
 from rsi_common.stored import safe_reason
 
 if TYPE_CHECKING:

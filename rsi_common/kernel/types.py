@@ -6,15 +6,15 @@ blocks ``text``, ``tool_use``, ``tool_result``, ``thinking``, ``image``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rsi_common.config import Settings
-
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from rsi_common.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from rsi_common.config import Settings
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -22,6 +22,7 @@ __all__ = [
     "Action",
     "Decision",
     "MemoryProvider",
+    "ModelConfig",
     "ParsedStep",
     "RetryPolicy",
     "Signal",
@@ -154,6 +155,61 @@ class TurnPlan:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     clock: float = field(default_factory=_now)
+
+
+def _int_or_none(name: str, value: Any, *, minimum: int = 0) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise InvalidInput(f"kwarg {name} must be an integer, got {value!r}")
+    if int(value) < minimum:
+        raise InvalidInput(f"kwarg {name} must be ≥ {minimum}, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The turn's resolved model config and kernel limits (SPEC §7.1, §7.3).
+
+    Values come from host kwargs over :data:`~rsi_common.kernel.types.MODEL_DEFAULTS`; no
+    component can change them.
+    """
+
+    max_tokens: int
+    temperature: float | None
+    thinking_level: str | None
+    enable_compaction: bool
+    context_window_budget: int
+    max_iterations: int
+    max_turn_tokens: int | None
+    output_schema: dict[str, Any] | None
+
+    @classmethod
+    def from_plan(cls, plan: TurnPlan) -> ModelConfig:
+        """Resolve host kwargs over the defaults.
+
+        Raises:
+            InvalidInput: a kwarg has the wrong type or range.
+        """
+        kw = {**MODEL_DEFAULTS, **{k: v for k, v in plan.kwargs.items() if v is not None}}
+        temperature = kw.get("temperature")
+        if temperature is not None and (isinstance(temperature, bool)
+                                        or not isinstance(temperature, int | float)):
+            raise InvalidInput(f"kwarg temperature must be a number, got {temperature!r}")
+        schema = plan.output_schema if plan.output_schema is not None else kw.get("output_schema")
+        if schema is not None and not isinstance(schema, Mapping):
+            raise InvalidInput("output_schema must be a JSON object")
+        level = kw.get("thinking_level")
+        return cls(
+            max_tokens=_int_or_none("max_tokens", kw["max_tokens"], minimum=1) or 1,
+            temperature=None if temperature is None else float(temperature),
+            thinking_level=None if level is None else str(level),
+            enable_compaction=bool(kw["enable_compaction"]),
+            context_window_budget=_int_or_none("context_window_budget", kw["context_window_budget"]) or 0,
+            max_iterations=_int_or_none("max_iterations", kw["max_iterations"], minimum=1) or 1,
+            max_turn_tokens=_int_or_none("max_turn_tokens", kw.get("max_turn_tokens")),
+            output_schema=None if schema is None else dict(schema),
+        )
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,14 @@
 """Model clients: one small interface (SPEC §7.1) and three implementations (ARCHITECTURE §6).
 
 * :mod:`rsi_common.llm.base` — :class:`ModelRequest`, :class:`ModelResponse`, :class:`Usage`, the
-  :class:`ModelClient` protocol, :func:`make_client`, :func:`role_client`, :func:`complete_json`;
+  :class:`ModelClient` protocol, the message convention, :func:`complete_json`;
+* :mod:`rsi_common.llm.factory` — :func:`make_client`, :func:`role_client`: the one place that
+  knows the implementations;
 * :mod:`rsi_common.llm.anthropic`, :mod:`rsi_common.llm.openai` — the official SDKs, with the one
   retry policy of :mod:`rsi_common.llm.retry`;
-* :mod:`rsi_common.llm.sim` — the deterministic offline model of SIM.md.
+* :mod:`rsi_common.llm.sim` — the deterministic offline model of SIM.md (a package).
 
-The provider modules are imported lazily by :func:`make_client`.
+The implementations import :mod:`~rsi_common.llm.base` only; the factory imports them on first use.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from rsi_common.llm.base import (
     COMPACTION_MARKER,
     COMPACTION_SYSTEM_PROMPT,
+    KERNEL_NOTE_TAG,
     ROLE_NAMES,
     ModelClient,
     ModelRequest,
@@ -21,13 +24,11 @@ from rsi_common.llm.base import (
     Usage,
     canonical_json,
     complete_json,
-    make_client,
     parse_json_object,
-    role_client,
     text_of,
     tool_uses,
 )
-from rsi_common.llm.sim_core import KERNEL_NOTE_TAG
+from rsi_common.llm.factory import make_client, role_client
 
 __all__ = [
     "COMPACTION_MARKER",

@@ -8,7 +8,8 @@ Message convention (Anthropic-style blocks, used by every provider):
   ``{"type": "thinking", "thinking", "signature"?}``, ``{"type": "image", "source": {...}}``.
 
 The system prompt is a separate field, never a message. Each client maps this convention to its
-wire format and back; callers never see provider shapes.
+wire format and back; callers never see provider shapes. Clients are built by
+:mod:`rsi_common.llm.factory`, which knows the implementations; this module knows none of them.
 """
 
 from __future__ import annotations
@@ -16,17 +17,15 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from rsi_common.config import ROLES
-from rsi_common.errors import InvalidInput, ModelOutputError, SettingsError
-
-if TYPE_CHECKING:
-    from rsi_common.config import Settings
+from rsi_common.errors import ModelOutputError
 
 __all__ = [
     "COMPACTION_MARKER",
     "COMPACTION_SYSTEM_PROMPT",
+    "KERNEL_NOTE_TAG",
     "ROLE_NAMES",
     "ModelClient",
     "ModelRequest",
@@ -34,9 +33,7 @@ __all__ = [
     "Usage",
     "canonical_json",
     "complete_json",
-    "make_client",
     "parse_json_object",
-    "role_client",
     "text_of",
     "tool_uses",
 ]
@@ -53,6 +50,11 @@ COMPACTION_SYSTEM_PROMPT = (
     "Reply with the summary only."
 )
 """Suggested system prompt of the kernel's ``compact`` calls (SPEC §5.6 *Context*)."""
+
+
+KERNEL_NOTE_TAG = "<kernel_note>"
+"""A user message whose text starts with this tag is a note the kernel added (a review or budget
+reminder, SPEC §7.2), never the user's input; models, the sim included, tell the two apart by it."""
 
 
 def canonical_json(x: Any) -> str:
@@ -287,81 +289,3 @@ def complete_json(
         f"{client.provider}/{client.model} returned no JSON object after {max(1, attempts)} attempt(s); "
         f"last reply starts: {last[:120]!r}"
     )
-
-
-def make_client(
-    provider: str,
-    model: str,
-    settings: Settings,
-    *,
-    role: str = "policy",
-    base_url: str | None = None,
-) -> ModelClient:
-    """Build a client.
-
-    One retry layer per call path (project decision): the kernel retries the calls it makes
-    (SPEC §7.2, roles ``policy`` and ``compact``), so real clients built for those roles do not
-    retry themselves; clients of the consolidation roles retry ``settings.model_max_retries`` times.
-
-    Args:
-        provider: ``sim``, ``anthropic`` or ``openai``.
-        model: Model name (the sim accepts any).
-        settings: Keys, base URLs, timeouts, retries and the sim's knobs come from here only.
-        role: One of :data:`ROLE_NAMES`; the sim behaves as this role, real clients ignore it.
-        base_url: Endpoint override; default the provider's base URL setting.
-
-    Raises:
-        InvalidInput: Unknown provider or role.
-        ModelAuthError: A real provider without a key in settings and no custom ``base_url``.
-    """
-    if role not in ROLE_NAMES:
-        raise InvalidInput(f"unknown model role {role!r}; expected one of {', '.join(ROLE_NAMES)}")
-    retries = _client_retries(role, settings)
-    if provider == "sim":
-        from rsi_common.llm.sim import SimClient
-
-        return SimClient(model or "sim-1", settings.sim, role=role)
-    if provider == "anthropic":
-        from rsi_common.llm.anthropic import AnthropicClient
-
-        return AnthropicClient(model, settings, base_url=base_url, max_retries=retries)
-    if provider == "openai":
-        from rsi_common.llm.openai import OpenAIClient
-
-        return OpenAIClient(model, settings, base_url=base_url, max_retries=retries)
-    raise InvalidInput(f"unknown model provider {provider!r}; expected sim, anthropic or openai")
-
-
-KERNEL_ROLES = ("policy", "compact")
-"""Roles whose calls the kernel makes and retries itself."""
-
-
-def _client_retries(role: str, settings: Settings) -> int:
-    return 0 if role in KERNEL_ROLES else settings.model_max_retries
-
-
-def role_client(role: str, agent_provider: str, agent_model: str, settings: Settings) -> ModelClient:
-    """The client of a consolidation role: ``settings.roles.<role>`` overrides, else the agent's model.
-
-    ``policy`` and ``compact`` have no override. A role whose provider is overridden to a real
-    provider other than the agent's must also set its model (``RSI_ROLE_<ROLE>_MODEL``): the agent's
-    model name means nothing to another provider.
-
-    Raises:
-        SettingsError: Provider overridden without a model.
-        InvalidInput: Unknown role or provider.
-    """
-    provider, model, base_url = agent_provider, agent_model, None
-    if role in ROLES:
-        override = getattr(settings.roles, role)
-        if override.provider is not None and override.provider != agent_provider:
-            if override.model is None and override.provider != "sim":
-                raise SettingsError(
-                    f"RSI_ROLE_{role.upper()}_PROVIDER is {override.provider!r} but "
-                    f"RSI_ROLE_{role.upper()}_MODEL is not set"
-                )
-            provider, model = override.provider, override.model or "sim-1"
-        if override.model is not None:
-            model = override.model
-        base_url = override.base_url
-    return make_client(provider, model, settings, role=role, base_url=base_url)

@@ -1,11 +1,11 @@
 """``rsi bench consolidate``: one consolidation's wall time against its own critical path (issue 7).
 
-Setup: a private cluster (:class:`~rsi_worker.embedded.EmbeddedCluster`: a private redis-server,
+Setup: a private cluster (:class:`~rsi_worker.local.embedded.EmbeddedCluster`: a private redis-server,
 SQLite, ``workers`` real ``rsi worker`` processes × ``concurrency`` threads), the sim model at
 ``latency_ms`` per call, the defaults W = ``n_eval`` = 8, k = 2, m = 2 and the benchmark model factory
 (:mod:`rsi_worker.bench.models`). Every agent is seeded with the same eight scored worlds, recorded
 live under H0 with the sim model (latency 0): four accepted answers (``stars`` 5) and four answers
-the user corrected in the next message (:data:`~rsi_worker.scenario.CORRECTION`; the correction
+the user corrected in the next message (:data:`~rsi_worker.jobs.scenario.CORRECTION`; the correction
 turns themselves carry no signal). The run is triggered for the newest correction the way a host
 does (``try_begin`` + a ``consolidate`` message).
 
@@ -62,8 +62,8 @@ from rsi_worker.bench.models import HOPELESS_MODEL
 from rsi_worker.consolidate import ThreadExecutor, consolidate_inline
 from rsi_worker.consolidate.evaluate import INCUMBENT
 from rsi_worker.consolidate.trials import row_json
-from rsi_worker.scenario import CORRECTION, conversation_turn, next_history
-from rsi_worker.wiring import Runtime, open_runtime
+from rsi_worker.jobs.scenario import CORRECTION, conversation_turn, next_history
+from rsi_worker.runtime import Runtime, open_runtime
 
 __all__ = ["ConsolidateBench", "bench_consolidate", "critical_path", "seed_agent"]
 
@@ -336,8 +336,8 @@ def _inline(rt: Runtime, agent: str, threads: int, latency_ms: float) -> dict[st
 def _cluster(cfg: ConsolidateBench, home: Path) -> Iterator[Runtime]:
     """A private cluster with the benchmark's settings, and this process's runtime on it."""
     from rsi_worker.bench.models import bench_models
-    from rsi_worker.embedded import EmbeddedCluster
-    from rsi_worker.servers import redis_server_bin
+    from rsi_worker.local.embedded import EmbeddedCluster
+    from rsi_worker.local.servers import redis_server_bin
 
     if redis_server_bin() is None:
         raise RuntimeError("rsi bench consolidate needs redis-server on PATH (real worker processes)")

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from rsi_common.llm import ModelClient, ModelRequest, ModelResponse, Usage
-from rsi_common.llm.sim_core import message_text
-from rsi_common.llm.sim_traits import TRAITS
+from rsi_common.llm.sim.core import message_text
+from rsi_common.llm.sim.traits import TRAITS
 from rsi_worker.bench.efficacy_platform import Platform, has_trait
 from rsi_worker.bench.efficacy_pool import AgentSpec, Language, requests
 from rsi_worker.consolidate import ModelFactory, default_models

@@ -23,7 +23,7 @@ from rsi_common.db import get_agent, get_harness, make_engine, save_world, sessi
 from rsi_common.harness import H0_VERSION, Harness, h0, materialize
 from rsi_common.kernel import TurnPlan, TurnResult, run_turn
 from rsi_common.llm import ModelClient, ModelRequest, ModelResponse, make_client
-from rsi_common.llm.sim_roles import judge_verdict
+from rsi_common.llm.sim.roles import judge_verdict
 from rsi_worker.bench.efficacy_metrics import H0
 from rsi_worker.bench.efficacy_pool import SYSTEM_PARTS, criterion, lookup_tool
 from rsi_worker.consolidate import ConsolidationResult, Deps, ModelFactory, SerialExecutor, consolidate_inline

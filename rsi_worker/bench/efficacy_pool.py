@@ -1,7 +1,7 @@
 """The generated agent pool of ``rsi bench efficacy`` (docs/benchmarks/efficacy.md).
 
 Pure data: who the simulated users are, what they ask and how they word a correction. Nothing here
-runs a model. Every text is built so that the sim model (``rsi_common.llm.sim_traits``) can see it:
+runs a model. Every text is built so that the sim model (``rsi_common.llm.sim.traits``) can see it:
 
 * a request names no trait trigger; its facts are the comma-separated items after its colon
   (``TP1351 189 EUR``) or the ``key: value`` lines of the ``lookup`` tool, each with a quantity, so

@@ -29,7 +29,7 @@ outside the timed region; everything ``record_turn`` does is inside. ``warmup`` 
 agent set are excluded from the statistics (connection pools, first declarations).
 
 Servers: without URLs, a private ``redis-server`` and (for PostgreSQL) a throw-away cluster are
-started under a temporary directory and removed afterwards (``rsi_worker.servers``). The private
+started under a temporary directory and removed afterwards (``rsi_worker.local.servers``). The private
 PostgreSQL runs with ``fsync=off`` — numbers are an upper bound for a durable production server.
 Point explicit URLs only at throw-away servers: the benchmark writes agents ``bench-<hex>-<n>`` and
 leaves ``consolidate`` messages in the broker.
@@ -59,7 +59,7 @@ from rsi_common.config import Settings
 from rsi_common.db import make_engine, upgrade
 from rsi_common.dispatch import QUEUE_CONSOLIDATE
 from rsi_worker.bench.replay import generate_worlds
-from rsi_worker.servers import PostgresServer, RedisServer
+from rsi_worker.local.servers import PostgresServer, RedisServer
 
 __all__ = [
     "Backend",

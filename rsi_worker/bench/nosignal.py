@@ -28,8 +28,8 @@ from rsi_common.db import save_world
 from rsi_common.llm import make_client
 from rsi_worker.consolidate import open_run
 from rsi_worker.consolidate.finalize import finalize
-from rsi_worker.scenario import CORRECTION, conversation_turn, next_history
-from rsi_worker.wiring import Runtime
+from rsi_worker.jobs.scenario import CORRECTION, conversation_turn, next_history
+from rsi_worker.runtime import Runtime
 
 __all__ = ["bench_no_signal"]
 

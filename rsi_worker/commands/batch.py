@@ -1,4 +1,4 @@
-"""``rsi batch``: re-consolidate many agents (e.g. after a model change); see :mod:`rsi_worker.batch`.
+"""``rsi batch``: re-consolidate many agents (e.g. after a model change); see :mod:`rsi_worker.jobs.batch`.
 
 Runs go through the Celery cluster (``RSI_REDIS_URL``) or, with ``--inline``, through this process.
 A second invocation with the same ``--name`` (the default name is derived from the selection)
@@ -26,8 +26,8 @@ from rsi_worker.commands.common import (
 
 if TYPE_CHECKING:
     from rsi_common.config import Settings
-    from rsi_worker.batch import BatchReport, BatchRunner, Selection
-    from rsi_worker.wiring import Runtime
+    from rsi_worker.jobs.batch import BatchReport, BatchRunner, Selection
+    from rsi_worker.runtime import Runtime
 
 __all__ = ["register"]
 
@@ -54,7 +54,7 @@ def batch_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Re-consolidate the selected agents: every scored turn counts as fresh (forced runs)."""
-    from rsi_worker.batch import Selection, batch_kind
+    from rsi_worker.jobs.batch import Selection, batch_kind
 
     with cli_errors(as_json):
         selection = Selection(tuple(agent or ()), all_agents, since)
@@ -77,9 +77,9 @@ def batch_cmd(
 
 def _run(settings: Settings, selection: Selection, name: str, *, inline: bool, concurrency: int,
          attempts: int, retry_failed: bool, quiet: bool) -> BatchReport:
-    from rsi_worker.app import load_model_factory
-    from rsi_worker.batch import select_agents
-    from rsi_worker.wiring import open_runtime
+    from rsi_worker.cluster.worker import load_model_factory
+    from rsi_worker.jobs.batch import select_agents
+    from rsi_worker.runtime import open_runtime
 
     rt = open_runtime(settings, models=load_model_factory(settings) if inline else None)
     try:
@@ -100,14 +100,14 @@ def _run(settings: Settings, selection: Selection, name: str, *, inline: bool, c
 
 def _runner(rt: Runtime, name: str, *, inline: bool, concurrency: int, attempts: int,
             retry_failed: bool) -> BatchRunner:
-    from rsi_worker.batch import BatchRunner, CeleryLauncher, InlineLauncher, Launcher, batch_kind
+    from rsi_worker.jobs.batch import BatchRunner, CeleryLauncher, InlineLauncher, Launcher, batch_kind
 
     kind = batch_kind(name)
     launcher: Launcher
     if inline:
         launcher = InlineLauncher(rt.deps, kind, concurrency=concurrency)
     else:
-        from rsi_worker.app import create_app
+        from rsi_worker.cluster.app import create_app
 
         launcher = CeleryLauncher(create_app(rt.settings), kind)
     return BatchRunner(rt.sessions, rt.coord, launcher, name=name, concurrency=concurrency,

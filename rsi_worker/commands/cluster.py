@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:
-    from rsi_worker.wiring import Runtime
+    from rsi_worker.runtime import Runtime
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +36,7 @@ def consolidate(
 ) -> None:
     """Run one consolidation of AGENT (on the cluster, or ``--inline`` here) and print its run record."""
     from rsi_common.config import Settings
-    from rsi_worker.wiring import open_runtime
+    from rsi_worker.runtime import open_runtime
 
     settings = Settings()
     if not inline and not settings.redis_url:
@@ -129,7 +129,7 @@ def _check_queues(value: str) -> str:
 
 def _logging(settings: Any, loglevel: str | None) -> str:
     """Configure the root logger from settings (``-l`` overrides ``RSI_LOG_LEVEL``); returns the level."""
-    from rsi_worker.logs import configure_logging
+    from rsi_worker.observability.logs import configure_logging
 
     level = (loglevel or settings.log_level).upper()
     configure_logging(settings, level=level)
@@ -163,13 +163,13 @@ def worker(
     """Run a Celery worker of rsi-worker's tasks (extra arguments go to `celery worker`).
 
     By default the worker runs as a supervised child process that is restarted when it dies on
-    its own (see :mod:`rsi_worker.supervise`); ``--no-supervise`` runs it in this process.
+    its own (see :mod:`rsi_worker.local.supervise`); ``--no-supervise`` runs it in this process.
 
     Logs follow ``RSI_LOG_FORMAT`` / ``RSI_LOG_LEVEL``; with ``RSI_METRICS_PORT`` set the worker serves
     Prometheus metrics on that port (``/metrics``).
     """
     from rsi_common.config import Settings
-    from rsi_worker.app import create_app
+    from rsi_worker.cluster.app import create_app
 
     settings = Settings()
     if not settings.redis_url:
@@ -181,7 +181,7 @@ def worker(
     if supervise:
         import sys
 
-        from rsi_worker.supervise import supervise as run_supervised
+        from rsi_worker.local.supervise import supervise as run_supervised
 
         child = [
             sys.executable,
@@ -214,8 +214,8 @@ def beat(
     Run exactly one beat per cluster (the Kubernetes Deployment has one replica, Recreate strategy).
     """
     from rsi_common.config import Settings
-    from rsi_worker.app import create_app
-    from rsi_worker.tracing import instrument_celery
+    from rsi_worker.cluster.app import create_app
+    from rsi_worker.observability.tracing import instrument_celery
 
     settings = Settings()
     level = _logging(settings, loglevel)

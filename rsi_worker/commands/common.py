@@ -137,7 +137,7 @@ def open_client(settings: Settings) -> RsiClient:
     """An :class:`~rsi_common.client.RsiClient` of ``settings`` on a current schema.
 
     With ``RSI_REDIS_URL`` the client builds its own Redis client and dispatcher; without one (the
-    embedded in-process mode) it gets the in-process fakeredis of :mod:`rsi_worker.wiring` and an
+    embedded in-process mode) it gets the in-process fakeredis of :mod:`rsi_worker.runtime` and an
     in-memory dispatcher: there is no other process to tell about a harness change.
     """
     from rsi_common.client import RsiClient
@@ -146,7 +146,7 @@ def open_client(settings: Settings) -> RsiClient:
         client = RsiClient(settings)
     else:
         from rsi_common.dispatch import KombuDispatcher
-        from rsi_worker.wiring import redis_client
+        from rsi_worker.runtime import redis_client
 
         client = RsiClient(settings, redis=redis_client(settings), dispatcher=KombuDispatcher("memory://"))
     try:

@@ -25,7 +25,7 @@ from rsi_common.client import RsiClient, RunInfo
 from rsi_common.config import Settings
 from rsi_common.errors import UnknownAgentError
 from rsi_common.llm import ModelClient, make_client
-from rsi_worker.scenario import CORRECTION, next_history, turn_plan
+from rsi_worker.jobs.scenario import CORRECTION, next_history, turn_plan
 
 __all__ = ["demo"]
 
@@ -139,9 +139,11 @@ def demo(
     latency_ms: float = typer.Option(
         150.0, "--latency-ms", help="Sim model latency per call (makes the steps visible)."
     ),
+    serve: bool = typer.Option(False, "--serve", help="Then leave the web console up on the demo's data."),
+    port: int = typer.Option(8080, "--port", min=0, max=65535, help="Console port with --serve (0: any)."),
 ) -> None:
     """Run the one-command demo (embedded mode, sim model, no keys)."""
-    from rsi_worker.embedded import IN_PROCESS_NOTICE, EmbeddedCluster
+    from rsi_worker.local.embedded import IN_PROCESS_NOTICE, EmbeddedCluster
 
     console = Console()
     root = Path(home)
@@ -157,7 +159,12 @@ def demo(
             console.print(f"[yellow]{IN_PROCESS_NOTICE}[/]")
         with cluster.client() as client:
             _run_demo(console, client, cluster.settings)
-    console.rule(f"done in {time.monotonic() - t0:.1f} s")
+            console.rule(f"done in {time.monotonic() - t0:.1f} s")
+            if serve:
+                from rsi_worker.service.demo import serve_demo
+
+                serve_demo(cluster.settings, client, host="127.0.0.1", port=port, agent=AGENT,
+                           say=lambda line: console.print(line, soft_wrap=True, highlight=False))
 
 
 def _run_demo(console: Console, client: RsiClient, settings: Settings) -> None:

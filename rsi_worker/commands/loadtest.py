@@ -1,9 +1,9 @@
 """``rsi loadtest``: recorded turns at a fixed arrival rate through a real cluster.
 
-The logic is :mod:`rsi_worker.loadtest` (traffic, drain, report) and :mod:`rsi_worker.loadpool`.
+The logic is :mod:`rsi_worker.jobs.loadtest` (traffic, drain, report) and :mod:`rsi_worker.jobs.loadpool`.
 
 Against the configured cluster (``RSI_REDIS_URL`` / ``RSI_DATABASE_URL``, schema current), or with
-``--embedded`` against a private one started for the run (:class:`~rsi_worker.embedded.EmbeddedCluster`,
+``--embedded`` against a private one started for the run (:class:`~rsi_worker.local.embedded.EmbeddedCluster`,
 ``--workers`` processes; its home is a temporary directory unless ``--home`` is given). The workers'
 model settings (e.g. ``RSI_SIM_LATENCY_MS``) come from the environment as usual.
 
@@ -52,7 +52,7 @@ def _client(embedded: bool, workers: int, concurrency: int, home: str | None) ->
         finally:
             client.close()
         return
-    from rsi_worker.embedded import EmbeddedCluster
+    from rsi_worker.local.embedded import EmbeddedCluster
 
     with contextlib.ExitStack() as stack:
         tmp = None if home else stack.enter_context(tempfile.TemporaryDirectory(prefix="rsi-load-"))
@@ -85,8 +85,8 @@ def loadtest(
     """Drive recorded turns at a fixed rate through the cluster and report throughput, latencies,
     runs, redeliveries, lease contention and lost turns."""
     from rsi_common.errors import InvalidInput
-    from rsi_worker.loadpool import generate_pool, load_pool
-    from rsi_worker.loadtest import LoadConfig, run_loadtest
+    from rsi_worker.jobs.loadpool import generate_pool, load_pool
+    from rsi_worker.jobs.loadtest import LoadConfig, run_loadtest
 
     try:
         cfg = LoadConfig(rate=rate, duration_s=duration, agents=agents, prefix=prefix, senders=senders,

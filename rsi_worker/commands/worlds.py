@@ -1,4 +1,4 @@
-"""``rsi worlds``: move recorded turns in and out as JSON Lines (:mod:`rsi_worker.worldfile`).
+"""``rsi worlds``: move recorded turns in and out as JSON Lines (:mod:`rsi_worker.jobs.worldfile`).
 
 ``rsi worlds export A [--out FILE]`` writes agent A's stored worlds, newest last; a bad stored row
 is repaired or skipped and said so on stderr.
@@ -7,7 +7,7 @@ is repaired or skipped and said so on stderr.
 reasons, stores the good ones, and exits 0 when at least one line was stored (or already present),
 1 when every line failed. With ``--atomic`` nothing is stored when any line is bad (exit 1). Import
 triggers no consolidation unless ``--trigger`` is given (once per agent, for its newest world):
-see :mod:`rsi_worker.worldfile`.
+see :mod:`rsi_worker.jobs.worldfile`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from rsi_worker.commands.common import (
 
 if TYPE_CHECKING:
     from rsi_common.config import Settings
-    from rsi_worker.worldfile import ExportNote, ImportReport
+    from rsi_worker.jobs.worldfile import ExportNote, ImportReport
 
 worlds = typer.Typer(no_args_is_help=True, help="Export and import recorded turns (JSON Lines).")
 
@@ -55,7 +55,7 @@ def export_cmd(
     count. The exit code stays 0: every row that could be exported was.
     """
     from rsi_common.db import make_engine, session_factory
-    from rsi_worker.worldfile import export_lines
+    from rsi_worker.jobs.worldfile import export_lines
 
     notes: list[ExportNote] = []
     with cli_errors():
@@ -113,7 +113,7 @@ def import_cmd(
 def _run_import(settings: Settings, file: Path, agent: str | None, trigger: bool,
                 atomic: bool) -> ImportReport:
     from rsi_common.db import make_engine, session_factory
-    from rsi_worker.worldfile import import_lines, read_lines, trigger_imported
+    from rsi_worker.jobs.worldfile import import_lines, read_lines, trigger_imported
 
     engine = make_engine(settings.database_url)
     try:

@@ -1,7 +1,7 @@
 """Turn consolidation (SPEC §3) as plain functions.
 
 Each step loads its inputs from SQL, computes, and stores what the next step needs; the Celery
-tasks (``rsi_worker.tasks``) and the in-process driver (:func:`consolidate_inline`) call the same
+tasks (``rsi_worker.cluster.tasks``) and the in-process driver (:func:`consolidate_inline`) call the same
 steps: :func:`open_run` → :func:`run_trial` (incumbent) → :func:`after_incumbent` →
 :func:`draft_step` → :func:`launch_candidates` → :func:`run_trial` (candidates) →
 :func:`judge_round` → :func:`finalize`.

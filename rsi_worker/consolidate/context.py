@@ -23,7 +23,7 @@ from rsi_common.db.models import WorldRow
 from rsi_common.harness import Harness, h0, materialize
 from rsi_common.llm import ModelClient, ModelRequest, ModelResponse, make_client, role_client
 from rsi_common.world import TurnWorld
-from rsi_worker.metrics import NULL_METRICS, Metrics
+from rsi_worker.observability.metrics import NULL_METRICS, Metrics
 
 __all__ = [
     "CountingClient",
@@ -88,7 +88,8 @@ class Deps:
     on_harness_change: Callable[[str], None] | None = None
     """Called with the agent id after an adoption (default: publish on ``rsi:harness``)."""
     metrics: Metrics = NULL_METRICS
-    """Where runs and trials are counted (:mod:`rsi_worker.metrics`; the no-op unless a worker serves)."""
+    """Where runs and trials are counted (:mod:`rsi_worker.observability.metrics`; the no-op unless a
+    worker serves)."""
 
     @property
     def params(self) -> ConsolidationParams:

@@ -43,20 +43,20 @@ from rsi_common.harness import (
     Harness,
     diff_trees,
     harness_from_workspace,
-    instantiate,
     materialize,
     normalize_edits,
     touched,
     workspace_of,
 )
 from rsi_common.harness.tagging import TouchSet
+from rsi_common.kernel.components import instantiate
 from rsi_common.kinds import K_ENABLED_PRODUCTION
 from rsi_common.llm import ModelClient, ModelRequest, ModelResponse
 from rsi_common.math import Exploration, PruneTarget
 from rsi_common.world import TurnWorld
-from rsi_worker.gate import GateRound, build_round, screen
+from rsi_worker.gate import GateRound, build_round, critic_patterns, screen
 from rsi_worker.roles.analyst import View
-from rsi_worker.roles.critic import Review, critic_patterns, model_review, recent_user_messages
+from rsi_worker.roles.critic import Review, model_review, recent_user_messages
 from rsi_worker.roles.proposer import Proposal, ProposerSetup, propose, proposer_system, proposer_user
 from rsi_worker.roles.proposer_context import cacheable_prefix
 

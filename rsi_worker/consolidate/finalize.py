@@ -16,9 +16,9 @@ import sqlalchemy as sa
 
 from rsi_common.coord import Lease
 from rsi_common.db import Adoption, RunRow, db_now, final_write, finish_run, get_agent, get_run, replay_rows
-from rsi_common.errors import CoordinationError, error_record
+from rsi_common.errors import CoordinationError
 from rsi_common.handoff import COORD_ERRORS
-from rsi_common.stored import safe_text
+from rsi_common.stored import error_record, safe_text
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.evaluate import INCUMBENT
 from rsi_worker.consolidate.result import ConsolidationResult, Status, merge_usage
@@ -199,7 +199,7 @@ def interrupt(deps: Deps, run_id: str, reason: str) -> bool:
 
 def failed_result(ctx: RoundContext, exc: BaseException, seconds: float = 0.0) -> ConsolidationResult:
     """The ``failed`` result of a run stopped by an exception (its state is left unchanged); the
-    error record never echoes a secret (``errors.error_record``)."""
+    error record never echoes a secret (``stored.error_record``)."""
     return ConsolidationResult("failed", f"the run failed: {type(exc).__name__}", None, ctx.start_version,
                                ctx.start_version, signals=dict(ctx.signals_read), seconds=seconds,
                                usage=ctx.usage, run_id=ctx.run_id, error=dict(error_record(exc)),

@@ -13,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from rsi_common.coord import Lease
-from rsi_common.errors import CoordinationError, error_record
+from rsi_common.errors import CoordinationError
+from rsi_common.stored import error_record
 from rsi_worker.consolidate.context import Deps
 from rsi_worker.consolidate.drafting import draft_step, launch_candidates
 from rsi_worker.consolidate.evaluate import TrialSlot

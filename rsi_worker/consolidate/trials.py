@@ -16,10 +16,11 @@ from typing import Any
 from rsi_common.coord import Lease
 from rsi_common.db import get_agent, get_replay_row, get_run, save_replay_row
 from rsi_common.db.models import ReplayRow
-from rsi_common.errors import CoordinationError, error_record
+from rsi_common.errors import CoordinationError
 from rsi_common.harness import Harness, materialize
 from rsi_common.kernel import RetryPolicy
 from rsi_common.replay import PolicySpec, ReplayResult, replay_world
+from rsi_common.stored import error_record
 from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, load_world
 from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, score
 from rsi_worker.consolidate.opening import renew_or_stop

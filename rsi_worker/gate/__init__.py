@@ -3,6 +3,8 @@
 * :mod:`~rsi_worker.gate.screen` — the deterministic screen (manifest and locks, privileges, the
   pattern precheck, untrusted text), run before and independent of the model critic
   (``rsi_worker.roles.critic``);
+* :mod:`~rsi_worker.gate.precheck` — the critic's first stage (SPEC §6.2): fixed patterns over the
+  added text;
 * :mod:`~rsi_worker.gate.untrusted` — what counts as untrusted text, shared spans, identifiers;
 * :mod:`~rsi_worker.gate.overrides` — instruction-override forms;
 * :mod:`~rsi_worker.gate.surface` — the effective surface: no-op, duplicate, growth budget;
@@ -19,10 +21,21 @@ from typing import Any
 
 from rsi_common.harness import Harness, workspace_of
 from rsi_common.world import TurnWorld
+from rsi_worker.gate.precheck import Pattern, critic_patterns, precheck
 from rsi_worker.gate.screen import GateRound, Screened, screen
 from rsi_worker.gate.untrusted import UntrustedIndex, untrusted_texts
 
-__all__ = ["GateRound", "Screened", "UntrustedIndex", "build_round", "screen", "untrusted_texts"]
+__all__ = [
+    "GateRound",
+    "Pattern",
+    "Screened",
+    "UntrustedIndex",
+    "build_round",
+    "critic_patterns",
+    "precheck",
+    "screen",
+    "untrusted_texts",
+]
 
 
 def _report_texts(analysis: Mapping[str, Any]) -> Iterable[str]:
@@ -39,7 +52,7 @@ def build_round(
     *,
     views: Sequence[Any] = (),
     analysis: Mapping[str, Any] | None = None,
-    patterns: Sequence[Any] = (),
+    patterns: Sequence[Pattern] = (),
     ceilings: Mapping[str, float] | None = None,
     trusted: Iterable[str] = (),
     max_instruction_chars: int = 4000,
@@ -52,7 +65,7 @@ def build_round(
         views: the evaluation views (trial answers, judge reasons: untrusted).
         analysis: the analyst's report; its mode and habit names and descriptions are trusted
             vocabulary (what the analyst generalised).
-        patterns: the per-round precheck patterns (``roles.critic.critic_patterns``).
+        patterns: the per-round precheck patterns (:func:`~rsi_worker.gate.precheck.critic_patterns`).
         ceilings: the configured ceilings (``ConsolidationParams.ceilings``).
         trusted: more trusted text (e.g. the constitution).
         max_instruction_chars: the growth budget.

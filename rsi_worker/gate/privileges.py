@@ -27,6 +27,7 @@ from typing import Any
 from rsi_common.harness import Harness, Manifest, is_locked
 from rsi_common.harness.addresses import component_values
 from rsi_common.harness.manifest import ComponentSpec
+from rsi_common.kernel.components import effective_params
 
 __all__ = ["EXPOSURE_SWITCHES", "SAFETY_SWITCHES", "privilege_violations"]
 
@@ -58,16 +59,8 @@ EXPOSURE_SWITCHES: tuple[tuple[str, str, Switch], ...] = (
 """(param, kind, is it on): each one exposes host tools the model would not see otherwise."""
 
 
-def _effective(c: ComponentSpec) -> dict[str, Any]:
-    from rsi_common.kernel.components import REGISTRY
-
-    cls = REGISTRY.get(c.impl)
-    defaults = {k: v[0] for k, v in getattr(cls, "PARAMS", {}).items()}
-    return {**defaults, **dict(c.params)}
-
-
 def _on(m: Manifest, kind: str, switch: Switch) -> bool:
-    return any(switch(_effective(c)) for c in m.enabled_components() if c.kind == kind)
+    return any(switch(effective_params(c)) for c in m.enabled_components() if c.kind == kind)
 
 
 def _locked_component(m: Manifest, files: Mapping[str, str], c: ComponentSpec) -> bool:
@@ -79,7 +72,7 @@ def _number(v: Any) -> float | None:
 
 
 def _highest(m: Manifest, kind: str, param: str) -> float | None:
-    values = [_number(_effective(c).get(param)) for c in m.enabled_components() if c.kind == kind]
+    values = [_number(effective_params(c).get(param)) for c in m.enabled_components() if c.kind == kind]
     known = [v for v in values if v is not None]
     return max(known) if known else None
 

@@ -11,7 +11,7 @@ In order (the first failing stage names the rejection; its reasons are all repor
    (:mod:`~rsi_worker.gate.surface`); a no-op ends the screen at once.
 3. ``privilege`` — :func:`~rsi_worker.gate.privileges.privilege_violations`.
 4. ``precheck`` — the pattern precheck over the diff's added lines (credentials, platform setting
-   names, evaluation artefacts, recorded world ids, expected-answer lines; ``roles.critic.precheck``).
+   names, evaluation artefacts, recorded world ids, expected-answer lines; :mod:`~rsi_worker.gate.precheck`).
 5. ``untrusted`` — over the added texts (:func:`~rsi_worker.gate.added.added_texts`): instruction
    overrides (:mod:`~rsi_worker.gate.overrides`), spans shared with untrusted text and identifiers
    taken from it (:mod:`~rsi_worker.gate.untrusted`).
@@ -30,10 +30,10 @@ from rsi_common.errors import ManifestError
 from rsi_common.harness import Harness, diff_trees, harness_from_workspace, touched, workspace_of
 from rsi_worker.gate.added import Added, added_texts
 from rsi_worker.gate.overrides import override_forms
+from rsi_worker.gate.precheck import Pattern, precheck
 from rsi_worker.gate.privileges import privilege_violations
 from rsi_worker.gate.surface import surface_reasons
 from rsi_worker.gate.untrusted import UntrustedIndex
-from rsi_worker.roles.critic import Pattern, precheck
 
 __all__ = ["SNIPPET_CHARS", "GateRound", "Screened", "mask", "screen"]
 
@@ -56,7 +56,7 @@ class GateRound:
     Attributes:
         incumbent: the current harness (touch sets and added text are against it).
         untrusted: the round's untrusted text (:class:`UntrustedIndex`).
-        patterns: the per-round precheck patterns (``roles.critic.critic_patterns``).
+        patterns: the per-round precheck patterns (:func:`~rsi_worker.gate.precheck.critic_patterns`).
         ceilings: ``"<kind>.<param>"`` → ceiling (``ConsolidationParams.ceilings``).
         max_instruction_chars: the growth budget (``ConsolidationParams.max_instruction_chars``).
     """

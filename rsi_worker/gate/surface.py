@@ -31,6 +31,7 @@ from typing import Any
 
 from rsi_common.harness import Harness, canonical_json
 from rsi_common.harness.manifest import ComponentSpec
+from rsi_common.kernel.components import effective_params
 from rsi_worker.gate.added import Added
 from rsi_worker.gate.text import normalized
 
@@ -77,10 +78,7 @@ def _texts(c: ComponentSpec, files: Mapping[str, str]) -> Iterator[str]:
 
 
 def _effective(c: ComponentSpec) -> dict[str, Any]:
-    from rsi_common.kernel.components import REGISTRY
-
-    defaults = {k: v[0] for k, v in getattr(REGISTRY.get(c.impl), "PARAMS", {}).items()}
-    return {k: v for k, v in {**defaults, **dict(c.params)}.items() if k not in TEXT_PARAMS}
+    return {k: v for k, v in effective_params(c).items() if k not in TEXT_PARAMS}
 
 
 @dataclass(frozen=True)

@@ -5,17 +5,18 @@
 * :mod:`~rsi_worker.roles.analyst` — evidence rendering and the analyst (§3.8);
 * :mod:`~rsi_worker.roles.proposer` — the proposer's action protocol (§6.1), with its context in
   :mod:`~rsi_worker.roles.proposer_context` and the constitution files in ``constitution/``;
-* :mod:`~rsi_worker.roles.critic` — the precheck and the model review (§6.2).
+* :mod:`~rsi_worker.roles.critic` — the review (§6.2): the gate's pattern precheck
+  (:mod:`rsi_worker.gate.precheck`), then the model.
 
-The sim model (``rsi_common.llm.sim``) reads these layouts by their section headers; a change of a
-header here must be mirrored in ``rsi_common/llm/sim_analyst.py``, ``sim_proposer.py`` or
-``sim_critic.py``.
+The sim model's behaviours for the analyst, proposer and critic live beside these layouts in
+:mod:`~rsi_worker.roles.sim` and read them by the same header constants; importing this package
+registers them with the sim (``rsi_common.llm.sim``).
 """
 
 from __future__ import annotations
 
 from rsi_worker.roles.analyst import View, analyze, render, task_row
-from rsi_worker.roles.critic import Review, critic_patterns, precheck, recent_user_messages, review
+from rsi_worker.roles.critic import Review, recent_user_messages, review
 from rsi_worker.roles.judge import CriteriaJudge, request_text, verdict_key
 from rsi_worker.roles.proposer import (
     MAX_EDITS,
@@ -30,6 +31,7 @@ from rsi_worker.roles.proposer import (
     variant_brief,
 )
 from rsi_worker.roles.signal import implicit_signal
+from rsi_worker.roles.sim import register_sim_behaviours
 
 __all__ = [
     "MAX_EDITS",
@@ -40,9 +42,7 @@ __all__ = [
     "Review",
     "View",
     "analyze",
-    "critic_patterns",
     "implicit_signal",
-    "precheck",
     "propose",
     "proposer_system",
     "proposer_user",
@@ -56,3 +56,5 @@ __all__ = [
     "variant_brief",
     "verdict_key",
 ]
+
+register_sim_behaviours()

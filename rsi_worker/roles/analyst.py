@@ -15,8 +15,27 @@ from typing import Any
 from rsi_common.llm import ModelClient, complete_json
 from rsi_common.world import text_of
 
-__all__ = ["ANALYST_SYSTEM", "LENSES", "View", "analyst_user_prompt", "analyze", "render", "task_row"]
+__all__ = [
+    "ANALYST_SYSTEM",
+    "LENSES",
+    "PROMPT_SECTIONS",
+    "WORLD_HEADER",
+    "WORLD_SECTIONS",
+    "View",
+    "analyst_user_prompt",
+    "analyze",
+    "render",
+    "task_row",
+]
 
+PROMPT_SECTIONS = ("FAILING WORLDS", "PASSING WORLDS", "PRIOR NAMES")
+"""Header lines of the analyst prompt, in order, each alone on its line (the sim analyst reads them)."""
+FAILING_WORLDS, PASSING_WORLDS, PRIOR_NAMES = PROMPT_SECTIONS
+WORLD_HEADER = "WORLD"
+"""A rendered world starts with the line ``WORLD <id> — …``."""
+WORLD_SECTIONS = ("EARLIER CONVERSATION (last messages)", "REQUEST", "FINAL ANSWER", "JUDGE")
+"""Section lines of one rendered world, in order, each alone on its line (:func:`render`)."""
+SECTION_EARLIER, SECTION_REQUEST, SECTION_ANSWER, SECTION_JUDGE = WORLD_SECTIONS
 LENSES = ("instruction", "wrong_method", "capability_gap", "format", "context", "control")
 FAIL_BELOW = 1 - 1e-9
 MAX_FAILING, MAX_PASSING = 6, 3
@@ -80,7 +99,7 @@ def render(view: View, detail: bool = False) -> str:
     clip = 6_000 if detail else 1_500
     w, rep = view.world, view.replay
     source = (view.row or {}).get("source")
-    out = [f"WORLD {w.id} — one past turn of this agent (trial: {source or 'no trial'})"]
+    out = [f"{WORLD_HEADER} {w.id} — one past turn of this agent (trial: {source or 'no trial'})"]
     if view.row is not None:
         out.append(
             f"status: {rep.get('status', '')} | termination: {rep.get('termination_reason', '')} | "
@@ -89,11 +108,11 @@ def render(view: View, detail: bool = False) -> str:
         )
     history = [m for m in w.history if text_of(m.get("content")).strip()][-6:]
     if history:
-        out.append("EARLIER CONVERSATION (last messages)")
+        out.append(SECTION_EARLIER)
         for m in history:
             who = "User" if m.get("role") == "user" else "Assistant"
             out.append(f"{who}: {_clip(text_of(m.get('content')).strip(), 600)}")
-    out += ["REQUEST", _clip(w.request, clip)]
+    out += [SECTION_REQUEST, _clip(w.request, clip)]
     transcript = rep.get("transcript") or []
     if not transcript:
         transcript = (w.data.get("outcome") or {}).get("transcript") or []
@@ -101,10 +120,10 @@ def render(view: View, detail: bool = False) -> str:
             out.append("(steps of the recorded turn; this trial kept no transcript)")
     out += _steps(transcript, clip)
     answer = str(rep.get("answer") if view.row is not None else w.answer)
-    out += ["FINAL ANSWER", _clip(answer or "", clip)]
+    out += [SECTION_ANSWER, _clip(answer or "", clip)]
     verdicts = view.verdicts or ((view.row or {}).get("result") or {}).get("verdicts") or []
     if verdicts:
-        out.append("JUDGE")
+        out.append(SECTION_JUDGE)
         for v in verdicts:
             mark = "PASS" if v.get("pass") else "FAIL"
             out.append(f"[{mark}] ({v.get('name')}) {v.get('criterion')} — {v.get('reason', '')}")
@@ -124,12 +143,12 @@ def analyst_user_prompt(views: Sequence[View], prior: Mapping[str, Any]) -> str:
     ordered = sorted(views, key=lambda v: v.mean)
     failing = [v for v in ordered if v.mean < FAIL_BELOW][:MAX_FAILING]
     passing = [v for v in reversed(ordered) if v.mean >= FAIL_BELOW][:MAX_PASSING]
-    parts = ["FAILING WORLDS"] + [render(v, detail=True) for v in failing]
-    parts += ["PASSING WORLDS"] + [render(v) for v in passing]
+    parts = [FAILING_WORLDS] + [render(v, detail=True) for v in failing]
+    parts += [PASSING_WORLDS] + [render(v) for v in passing]
     modes = [m.get("mode") for m in prior.get("failure_modes") or []]
     habits = [h.get("habit") for h in prior.get("success_habits") or []]
     parts.append(
-        "PRIOR NAMES\nfailure modes: "
+        f"{PRIOR_NAMES}\nfailure modes: "
         + (", ".join(map(str, modes)) or "-")
         + "\nsuccess habits: "
         + (", ".join(map(str, habits)) or "-")

@@ -1,14 +1,8 @@
 """The critic (SPEC §6.2): a deterministic precheck, then a model review, before any evaluation.
 
-**Stage 1 — precheck** over *added* content only: each ``+`` line (not ``+++``) without its marker and
-each ``+++`` path without a leading ``b/``. Every line is scanned as written and, when it holds JSON
-string literals (as the lines of ``manifest.json`` do), also with those literals decoded, so an
-escaped quote cannot hide a match (project decision). Patterns: the credential table of
-:mod:`rsi_common.credentials` (text normalised first, so a zero-width character inside a key hides
-nothing; ``docs/security/credentials.md``), the production patterns :data:`PRODUCTION_PATTERNS` and the
-per-consolidation :func:`critic_patterns` (§3.9). An empty diff → reject ``"empty diff"``; any hit →
-reject with reasons ``precheck: <label>``, plus ``: '<snippet>'`` for the world-id, expected-text and
-artefact labels — never for credentials — and no model call.
+**Stage 1 — precheck**: the fixed patterns over the text a candidate adds
+(:mod:`rsi_worker.gate.precheck`); any hit rejects without a model call. The gate's screen runs it
+before the model stage (:mod:`rsi_worker.gate.screen`); :func:`review` runs both stages.
 
 **Stage 2 — model review**: system prompt = strict reviewer + critic brief (§3.10) + the 11 rules;
 user payload sections ``SUMMARY``, ``TARGETS``, ``DECLARED EDITS`` (JSON ≤ 20,000 chars),
@@ -29,48 +23,32 @@ quoted user text (rule 1) that no fixed pattern catches.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsi_common.credentials import find_credentials
 from rsi_common.errors import ModelError
 from rsi_common.llm import ModelClient, ModelRequest, parse_json_object
+from rsi_common.world import text_of
+from rsi_worker.gate.precheck import Pattern, precheck
 
 __all__ = [
     "CRITIC_BRIEF",
     "CRITIC_RULES",
     "CRITIC_SYSTEM",
-    "PRODUCTION_PATTERNS",
-    "Pattern",
+    "PAYLOAD_SECTIONS",
     "Review",
-    "added_content",
-    "critic_patterns",
     "critic_user_prompt",
     "model_review",
-    "precheck",
     "recent_user_messages",
     "review",
 ]
 
-Pattern = tuple[str, "re.Pattern[str]"]
-"""``(label, compiled regex)``."""
-
-WORLD_ID_LABEL = "recorded world id"
-EXPECTED_LABEL = "expected answer text"
-ARTEFACT_LABEL = "evaluation artefact"
-SNIPPET_LABELS = frozenset({WORLD_ID_LABEL, EXPECTED_LABEL, ARTEFACT_LABEL})
-PRODUCTION_PATTERNS: tuple[Pattern, ...] = (
-    ("platform setting name", re.compile(r"\bRSI_[A-Z0-9_]+")),
-    (ARTEFACT_LABEL, re.compile(r"\b(?:outcome|suite|eval|decisions|calibration)\.json\b")),
-)
-EXPECTED_MIN_CHARS = 24
-SNIPPET_CHARS = 80
 EDITS_CHARS, DIFF_CHARS = 20_000, 120_000
+PAYLOAD_SECTIONS = ("SUMMARY", "TARGETS", "DECLARED EDITS", "RECENT USER MESSAGES", "DIFF")
+"""``HEADER:`` sections of the review payload, in order (the sim critic reads them)."""
 USER_MESSAGES, USER_MESSAGE_CHARS = 40, 300
 ATTEMPTS = 3
-_JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 CRITIC_BRIEF = (
     "The harness belongs to one agent. Encoding recurring preferences or procedures is fine (for example: "
@@ -145,84 +123,7 @@ class Review:
                 "stage": self.stage, "calls": self.calls}
 
 
-def critic_patterns(worlds: Iterable[Any]) -> list[Pattern]:
-    """The per-consolidation patterns (§3.9), de-duplicated, in world order.
-
-    For each world: its id as a bounded literal (label ``recorded world id``); for each stripped line
-    of its ``expected`` signal of at least 24 chars, the escaped line (label ``expected answer text``).
-    """
-    seen: set[tuple[str, str]] = set()
-    out: list[Pattern] = []
-
-    def add(label: str, regex: str) -> None:
-        if (label, regex) not in seen:
-            seen.add((label, regex))
-            out.append((label, re.compile(regex)))
-
-    for w in worlds:
-        add(WORLD_ID_LABEL, rf"(?<![A-Za-z0-9_]){re.escape(str(w.id))}(?![A-Za-z0-9_])")
-        expected = str((getattr(w, "signals", None) or {}).get("expected") or "")
-        for line in expected.splitlines():
-            if len(line.strip()) >= EXPECTED_MIN_CHARS:
-                add(EXPECTED_LABEL, re.escape(line.strip()))
-    return out
-
-
-def added_content(diff: str) -> list[str]:
-    """The precheck input: each ``+`` line without its marker and each ``+++`` path without ``b/``."""
-    out: list[str] = []
-    for line in diff.splitlines():
-        if line.startswith("+++"):
-            path = line[3:].strip()
-            out.append(path[2:] if path.startswith("b/") else path)
-        elif line.startswith("+"):
-            out.append(line[1:])
-    return out
-
-
-def _decoded(line: str) -> list[str]:
-    texts: list[str] = []
-    for m in _JSON_STRING.finditer(line):
-        if "\\" not in m.group(1):
-            continue
-        try:
-            texts.append(json.loads(f'"{m.group(1)}"'))
-        except ValueError:
-            continue
-    return texts
-
-
-def _snippet(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= SNIPPET_CHARS else flat[: SNIPPET_CHARS - 1] + "…"
-
-
-def precheck(diff: str, patterns: Sequence[Pattern] = ()) -> list[str]:
-    """Stage 1: the rejection reasons of the deterministic precheck; ``[]`` = passed.
-
-    Reasons are in pattern order (credentials, production, then ``patterns``), one per distinct
-    ``(label, snippet)``. Credential reasons never show the matched text.
-    """
-    if not diff.strip():
-        return ["empty diff"]
-    lines = added_content(diff)
-    text = "\n".join(lines + [t for line in lines for t in _decoded(line)])
-    reasons = [f"precheck: {label}" for label in find_credentials(text)]
-    for label, rx in (*PRODUCTION_PATTERNS, *patterns):
-        for m in rx.finditer(text):
-            reason = f"precheck: {label}"
-            if label in SNIPPET_LABELS:
-                reason += f": '{_snippet(m.group(0))}'"
-            if reason not in reasons:
-                reasons.append(reason)
-            if label not in SNIPPET_LABELS:
-                break
-    return reasons
-
-
 def _message_text(content: Any) -> str:
-    from rsi_common.world import text_of
-
     return " ".join(text_of(content).split())
 
 
@@ -262,13 +163,9 @@ def critic_user_prompt(diff: str, mechanism: str, targets_mode: str, edits: Sequ
     """The review payload: SUMMARY, TARGETS, DECLARED EDITS, RECENT USER MESSAGES, DIFF."""
     declared = json.dumps([dict(e) for e in edits], ensure_ascii=False, indent=1)[:EDITS_CHARS]
     messages = "\n".join(f'- "{m}"' for m in user_messages) or "(none)"
-    return "\n\n".join([
-        "SUMMARY:\n" + (mechanism.strip() or "(none)"),
-        "TARGETS:\n" + (targets_mode.strip() or "(none)"),
-        "DECLARED EDITS:\n" + declared,
-        "RECENT USER MESSAGES:\n" + messages,
-        "DIFF:\n" + diff[:DIFF_CHARS],
-    ])
+    bodies = (mechanism.strip() or "(none)", targets_mode.strip() or "(none)", declared, messages,
+              diff[:DIFF_CHARS])
+    return "\n\n".join(f"{header}:\n{body}" for header, body in zip(PAYLOAD_SECTIONS, bodies, strict=True))
 
 
 def _strings(value: Any) -> list[str]:
@@ -301,7 +198,7 @@ def review(client: ModelClient, diff: str, mechanism: str, targets_mode: str,
         diff: ``diff_trees(incumbent workspace, candidate workspace)``.
         mechanism / targets_mode: the proposer's summary and targets.
         edits: the declared edits.
-        patterns: :func:`critic_patterns` of the consolidation's worlds.
+        patterns: :func:`~rsi_worker.gate.precheck.critic_patterns` of the consolidation's worlds.
         user_messages: :func:`recent_user_messages` of the loaded worlds.
         brief: the system prompt.
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rsi_common.llm import ModelClient, complete_json
+from rsi_common.world import text_of
 
 __all__ = ["JUDGE_SYSTEM", "CriteriaJudge", "judge_user_prompt", "request_text", "verdict_key"]
 
@@ -40,8 +41,6 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _message_text(content: Any) -> str:
-    from rsi_common.world import text_of
-
     return text_of(content).strip()
 
 

@@ -43,12 +43,11 @@ from rsi_common.harness import (
     Manifest,
     check_path,
     harness_from_workspace,
-    instantiate,
     load_manifest,
     touched,
     workspace_of,
 )
-from rsi_common.harness.instantiate import default_registry
+from rsi_common.kernel.components import REGISTRY, instantiate
 from rsi_common.llm import ModelClient, ModelRequest, parse_json_object
 from rsi_common.math import check_edit_cardinality
 from rsi_common.world import TurnWorld
@@ -304,7 +303,7 @@ class _Session:
             return self.setup.incumbent.manifest
 
     def _list_components(self, obj: Mapping[str, Any]) -> str:
-        registry = self.setup.registry if self.setup.registry is not None else default_registry()
+        registry = self.setup.registry if self.setup.registry is not None else REGISTRY
         manifest = self._manifest()
         out: list[str] = []
         for impl in sorted(registry):

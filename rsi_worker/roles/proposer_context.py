@@ -31,6 +31,7 @@ from rsi_common.config import ConsolidationParams
 from rsi_common.harness import Harness, editable_addresses
 from rsi_common.kinds import K_STR
 from rsi_common.math import Exploration, PruneTarget, exploration_directive
+from rsi_worker.gate.surface import instruction_chars, surface
 from rsi_worker.roles.analyst import View, task_row
 
 __all__ = [
@@ -276,8 +277,6 @@ REPAIR_TEXT = (
 
 def instruction_budget_sentence(ctx: RoundInfo) -> str:
     """The harness growth budget (docs/security/gate.md, "No-op, duplicate and growth")."""
-    from rsi_worker.gate.surface import instruction_chars, surface
-
     used = instruction_chars(surface(ctx.incumbent))
     limit = ctx.params.max_instruction_chars
     return (f"Instruction text budget: {used} of {limit} characters used; a candidate above the budget "

@@ -2,7 +2,7 @@
 stranding_factories:<name>``) that inject a failure into one pipeline step of every worker process.
 
 Each factory is called once per worker process (``WorkerContext.runtime``); besides returning the
-default models it replaces one step function in :mod:`rsi_worker.tasks` by a wrapper that raises
+default models it replaces one step function in :mod:`rsi_worker.cluster.tasks` by a wrapper that raises
 once, across all processes, while the step's key is armed in Redis (:func:`armed_key`): the first
 call that deletes the key (atomic ``DEL``) raises, every other call runs the real step.
 """
@@ -27,7 +27,7 @@ def _fails_once(step: str, *, after: bool = False) -> Callable[[Settings], Model
     """``after``: the real step runs first (its writes are stored), then the failure is raised."""
 
     def factory(settings: Settings) -> ModelFactory:
-        import rsi_worker.tasks as tasks
+        import rsi_worker.cluster.tasks as tasks
 
         client = redis.Redis.from_url(redis_py_url(str(settings.redis_url)))
         real = getattr(tasks, step)

@@ -17,9 +17,9 @@ from rsi_common.credentials import PATTERNS, REDACTED, find_credentials, redact
 from rsi_common.errors import CredentialError, InvalidInput
 from rsi_common.host_input import check_signals, parse_turn
 from rsi_common.world import migrate_world
-from rsi_worker.logs import Scrubber
-from rsi_worker.roles.critic import precheck
-from rsi_worker.worldfile import parse_line
+from rsi_worker.gate.precheck import precheck
+from rsi_worker.jobs.worldfile import parse_line
+from rsi_worker.observability.logs import Scrubber
 from tests.adversarial.credentials_support import (
     NEGATIVE,
     POSITIVE,

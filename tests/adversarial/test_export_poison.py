@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from rsi_common.config import Settings
 from rsi_common.db import session_factory
 from rsi_worker.cli import app
-from rsi_worker.worldfile import ExportNote, export_lines, parse_line
+from rsi_worker.jobs.worldfile import ExportNote, export_lines, parse_line
 from tests.adversarial.stranding import GOOD, LONE, REQUEST, escaped, nested, write_json
 from tests.support.pipeline import Stack
 

@@ -122,7 +122,7 @@ def test_no_legitimate_proposal_is_screened_out(variant: str) -> None:
 def test_a_user_who_writes_the_proposers_own_words_still_teaches_the_habit() -> None:
     """The user's wording shares six words with the proposer's general instruction: the screen
     rejects the copy, the repair rewords it, and the habit is learned in other words."""
-    from rsi_common.llm.sim_proposer import TRAIT_TEXT, TRAIT_TEXT_ALT
+    from rsi_worker.roles.sim.proposer import TRAIT_TEXT, TRAIT_TEXT_ALT
 
     worlds = scenario(REQUESTS[0], "No, keep the unit next to every number", None)
     ctx = demo_context(worlds=worlds, params=ConsolidationParams(repair_rounds=1))

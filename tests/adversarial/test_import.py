@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from rsi_common.boundary import MAX_LINE_BYTES, REPLACEMENT_CHAR
 from rsi_common.db import WorldRow, make_engine, session_factory
 from rsi_common.errors import RsiError
-from rsi_worker.worldfile import parse_line, read_lines
+from rsi_worker.jobs.worldfile import parse_line, read_lines
 from tests.adversarial import attacks
 from tests.adversarial.boundary_support import assert_clean_message, has_bad_chars
 from tests.integration.commands.conftest import Cli, cli, db_file, world_line

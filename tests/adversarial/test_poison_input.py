@@ -30,7 +30,7 @@ from rsi_common.host_input import check_signals, parse_turn
 from rsi_common.kernel import ToolDef, run_turn
 from rsi_common.kernel.testing import ScriptedModel, text_response, tool_response
 from rsi_common.world import finalize_world, validate_world
-from rsi_worker.worldfile import export_lines
+from rsi_worker.jobs.worldfile import export_lines
 from tests.adversarial import attacks
 from tests.adversarial.boundary_support import (
     assert_clean_message,

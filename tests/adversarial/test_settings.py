@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from rsi_common.config import Settings
 from rsi_common.errors import SettingsError
-from rsi_worker.app import app_from_env
 from rsi_worker.cli import app
+from rsi_worker.cluster.app import app_from_env
 
 PASSWORD = "Pw" + "9f3kLq2xZ8"
 """A password put into the URLs below: it must never be printed."""

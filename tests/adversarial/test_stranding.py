@@ -21,7 +21,7 @@ from rsi_common.dispatch import RecordingDispatcher
 from rsi_common.errors import CredentialError
 from rsi_worker.consolidate import consolidate_inline, inline, opening
 from rsi_worker.consolidate.finalize import settle
-from rsi_worker.scenario import CORRECTION
+from rsi_worker.jobs.scenario import CORRECTION
 from tests.adversarial.stranding import (
     GOOD,
     LONE,
@@ -247,7 +247,7 @@ def test_a_poison_row_is_skipped_and_named_not_fatal(stack: Stack, rclient: redi
 
 
 def sweep_once(stack: Stack, recorder: RecordingDispatcher) -> Any:
-    from rsi_worker.sweeper import sweep
+    from rsi_worker.cluster.sweeper import sweep
 
     return sweep(stack.sessions, stack.coord, recorder, stack.settings, grace_s=60.0)
 
@@ -329,7 +329,7 @@ def test_a_lease_without_a_run_row_waits_for_its_ttl_unless_it_never_expires(
 def test_a_batch_run_that_raises_is_failed_with_its_lease_released(
     stack: Stack, rclient: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rsi_worker.batch import BatchRunner, InlineLauncher
+    from rsi_worker.jobs.batch import BatchRunner, InlineLauncher
 
     scenario(stack)
     monkeypatch.setattr(inline, "after_incumbent", once(inline.after_incumbent))
@@ -347,7 +347,7 @@ def test_a_batch_run_that_raises_is_failed_with_its_lease_released(
 def test_a_batch_run_that_cannot_open_is_retried_with_its_lease_released(
     stack: Stack, rclient: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rsi_worker.batch import BatchRunner, InlineLauncher
+    from rsi_worker.jobs.batch import BatchRunner, InlineLauncher
 
     scenario(stack)
     monkeypatch.setattr(opening, "start_run", once(opening.start_run))

@@ -14,7 +14,7 @@ from rsi_common.config import Settings
 from rsi_common.coord import fence_key
 from rsi_common.db import AgentRow
 from rsi_common.dispatch import QUEUE_CONSOLIDATE, TASK_CONSOLIDATE, KombuDispatcher
-from rsi_worker.servers import RedisServer
+from rsi_worker.local.servers import RedisServer
 from tests.adversarial.stranding import LONE, agent_keys, escaped, run_keys, write_json
 from tests.adversarial.stranding_factories import armed_key
 from tests.adversarial.test_stranding import A, scenario

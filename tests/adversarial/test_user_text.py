@@ -27,7 +27,7 @@ from rsi_common.world import TurnWorld
 from rsi_worker.consolidate.draft import Draft, DraftContext, draft_candidate
 from rsi_worker.gate import build_round, screen
 from rsi_worker.gate.text import normalized
-from rsi_worker.scenario import CORRECTION
+from rsi_worker.jobs.scenario import CORRECTION
 from tests.adversarial import attacks
 from tests.support.pipeline import Stack, models_with
 from tests.unit.roles.helpers import Scripted, demo_context, demo_worlds, edit

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from rsi_common.config import Settings
-from rsi_worker.scenario import CORRECTION
+from rsi_worker.jobs.scenario import CORRECTION
 from tests.support.pipeline import Stack
 
 

@@ -8,7 +8,7 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from rsi_worker.servers import RedisServer
+from rsi_worker.local.servers import RedisServer
 
 
 def test_redis_restart_keeps_address_and_drops_keys(tmp_path: Path) -> None:

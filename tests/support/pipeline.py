@@ -34,7 +34,7 @@ from rsi_worker.consolidate import (
     default_models,
 )
 from rsi_worker.consolidate.context import load_harness
-from rsi_worker.scenario import conversation_turn, next_history
+from rsi_worker.jobs.scenario import conversation_turn, next_history
 
 
 @dataclass

@@ -1,8 +1,9 @@
-"""The registered component implementations (SPEC §5.5, §5.6).
+"""The registered component implementations (SPEC §5.5, §5.6) and their registry.
 
-``REGISTRY`` maps each impl string to its class; its keys equal
-:data:`rsi_common.harness.KNOWN_IMPLS`. Harnesses can only name these classes (no dynamic import
-of arbitrary modules).
+:mod:`~rsi_common.kernel.components.registry` holds the one list of classes a harness may name and
+derives the rest from it (impl strings, kinds, hook methods); :func:`instantiate` builds a turn's
+components from a harness through it. Harnesses can only name these classes (no dynamic import of
+arbitrary modules).
 """
 
 from __future__ import annotations
@@ -14,10 +15,23 @@ from rsi_common.kernel.components.control import StandardControlComponent
 from rsi_common.kernel.components.memory import ArchiveMemoryComponent
 from rsi_common.kernel.components.output import ParseOutputComponent
 from rsi_common.kernel.components.prompt import SystemPromptComponent
+from rsi_common.kernel.components.registry import (
+    KNOWN_IMPLS,
+    PROTOCOL_METHODS,
+    REGISTERED,
+    REGISTRY,
+    check_component,
+    effective_params,
+    impl_of,
+    instantiate,
+)
 from rsi_common.kernel.components.skills import SkillLibraryComponent
 from rsi_common.kernel.components.tools import ToolExposureComponent
 
 __all__ = [
+    "KNOWN_IMPLS",
+    "PROTOCOL_METHODS",
+    "REGISTERED",
     "REGISTRY",
     "ArchiveMemoryComponent",
     "Component",
@@ -28,18 +42,8 @@ __all__ = [
     "StandardControlComponent",
     "SystemPromptComponent",
     "ToolExposureComponent",
+    "check_component",
+    "effective_params",
+    "impl_of",
+    "instantiate",
 ]
-
-_PREFIX = "rsi_common.kernel.components."
-
-REGISTRY: dict[str, type[Component]] = {
-    _PREFIX + "prompt:SystemPromptComponent": SystemPromptComponent,
-    _PREFIX + "context:StandardContextComponent": StandardContextComponent,
-    _PREFIX + "control:StandardControlComponent": StandardControlComponent,
-    _PREFIX + "output:ParseOutputComponent": ParseOutputComponent,
-    _PREFIX + "tools:ToolExposureComponent": ToolExposureComponent,
-    _PREFIX + "memory:ArchiveMemoryComponent": ArchiveMemoryComponent,
-    _PREFIX + "config:PromptCacheComponent": PromptCacheComponent,
-    _PREFIX + "skills:SkillLibraryComponent": SkillLibraryComponent,
-}
-"""impl string → component class (keys == ``rsi_common.harness.KNOWN_IMPLS``)."""

@@ -1,8 +1,16 @@
-"""The hook protocol of each component kind (SPEC §5.1 ``instantiate`` checks these methods exist)."""
+"""The hook protocol of each component kind (SPEC §5.1): the methods the kernel calls on it.
+
+:data:`KIND_HOOKS` names the protocol of every kind of 𝒦; the component registry
+(:mod:`~rsi_common.kernel.components.registry`) derives from these classes the methods a registered
+class must define, and ``instantiate`` checks them. A kind the kernel calls no hook on (``skill``,
+whose library contributes tools and prompt blocks through :class:`~.base.Component`'s optional
+hooks; ``subagent``, not implemented yet) has an empty protocol.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -11,6 +19,7 @@ if TYPE_CHECKING:
     from rsi_common.llm import ModelRequest, ModelResponse
 
 __all__ = [
+    "KIND_HOOKS",
     "ConfigHooks",
     "ContextHooks",
     "ControlHooks",
@@ -18,6 +27,8 @@ __all__ = [
     "OutputHooks",
     "PromptHooks",
     "Retriever",
+    "SkillHooks",
+    "SubagentHooks",
     "ToolHooks",
 ]
 
@@ -59,3 +70,25 @@ class MemoryHooks(Protocol):
 
 class ConfigHooks(Protocol):
     def apply_request(self, rt: TurnRuntime, request: ModelRequest) -> ModelRequest: ...
+
+
+class SkillHooks(Protocol):
+    """No hook of its own: a skill library contributes ``tools`` and ``prompt_blocks``."""
+
+
+class SubagentHooks(Protocol):
+    """No implementation exists yet (𝒦 reserves the kind)."""
+
+
+KIND_HOOKS: Mapping[str, type] = MappingProxyType({
+    "prompt": PromptHooks,
+    "control_flow": ControlHooks,
+    "config": ConfigHooks,
+    "output_plumbing": OutputHooks,
+    "context_mgmt": ContextHooks,
+    "client_tool": ToolHooks,
+    "skill": SkillHooks,
+    "memory": MemoryHooks,
+    "subagent": SubagentHooks,
+})
+"""Kind → its hook protocol, for every kind of 𝒦 (:data:`~rsi_common.kinds.KINDS`), in 𝒦 order."""

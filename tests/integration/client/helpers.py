@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from rsi_common import db
 from rsi_common.harness import Harness, build_harness, h0
-from rsi_worker.servers import free_port
+from rsi_worker.local.servers import free_port
 
 TABLES = ("rsi_agents", "rsi_harnesses", "rsi_worlds", "rsi_runs", "rsi_replays", "rsi_trajectories")
 

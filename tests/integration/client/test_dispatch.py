@@ -23,7 +23,7 @@ from rsi_common.dispatch import (
     task_message,
 )
 from rsi_common.errors import BrokerUnavailable, InvalidInput
-from rsi_worker.servers import RedisServer
+from rsi_worker.local.servers import RedisServer
 from tests.integration.client.helpers import closed_url, queued_messages
 
 pytestmark = pytest.mark.timeout(120)

@@ -25,7 +25,7 @@ from rsi_common.harness import H0_VERSION
 from rsi_common.kernel import TurnPlan
 from rsi_common.kernel.testing import ScriptedModel, text_response
 from rsi_common.llm import ModelRequest, ModelResponse
-from rsi_worker.servers import RedisServer
+from rsi_worker.local.servers import RedisServer
 from tests.integration.client.helpers import closed_url, store_version, variant
 
 pytestmark = pytest.mark.timeout(120)

@@ -15,7 +15,7 @@ from rsi_common.client import RsiClient, redis_client
 from rsi_common.coord import Coordinator, Lease, lease_key
 from rsi_common.dispatch import KombuDispatcher, RecordingDispatcher
 from rsi_common.harness import H0_VERSION
-from rsi_worker.sweeper import LEASE_EXPIRED_REASON, STALE_REASON, SweepReport, sweep
+from rsi_worker.cluster.sweeper import LEASE_EXPIRED_REASON, STALE_REASON, SweepReport, sweep
 from tests.integration.client.conftest import make_world
 from tests.integration.client.helpers import closed_url, queued_messages
 

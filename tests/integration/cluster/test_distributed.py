@@ -12,8 +12,8 @@ import redis
 from rsi_common.config import Settings
 from rsi_common.db import lineage, load_latest_worlds, replay_rows, rollback_to
 from rsi_common.dispatch import QUEUE_CONSOLIDATE, TASK_CONSOLIDATE, KombuDispatcher
-from rsi_worker.scenario import CORRECTION
-from rsi_worker.servers import RedisServer
+from rsi_worker.jobs.scenario import CORRECTION
+from rsi_worker.local.servers import RedisServer
 from tests.support.cluster import Cluster
 from tests.support.factories import CALLS_KEY
 from tests.support.pipeline import Stack

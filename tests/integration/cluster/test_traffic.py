@@ -14,9 +14,9 @@ from rsi_common.config import Settings
 from rsi_common.db import WorldRow
 from rsi_common.dispatch import KombuDispatcher
 from rsi_common.llm import make_client
-from rsi_worker.scenario import CORRECTION, conversation_turn, next_history
-from rsi_worker.servers import RedisServer
-from rsi_worker.sweeper import sweep
+from rsi_worker.cluster.sweeper import sweep
+from rsi_worker.jobs.scenario import CORRECTION, conversation_turn, next_history
+from rsi_worker.local.servers import RedisServer
 from tests.support.cluster import Cluster
 
 pytestmark = pytest.mark.timeout(240)

@@ -18,7 +18,7 @@ from typer.testing import CliRunner, Result
 from rsi_common.config import Settings
 from rsi_common.db import make_engine, upgrade
 from rsi_worker.cli import app
-from rsi_worker.scenario import CORRECTION
+from rsi_worker.jobs.scenario import CORRECTION
 from tests.support.pipeline import Stack
 
 GOLDEN_WORLD = Path(__file__).resolve().parents[2] / "golden" / "world" / "rsi-world-1.json"

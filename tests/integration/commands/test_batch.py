@@ -10,7 +10,7 @@ import redis
 import sqlalchemy as sa
 
 from rsi_common.db import RunRow
-from rsi_worker.batch import BatchRunner, InlineLauncher, batch_kind
+from rsi_worker.jobs.batch import BatchRunner, InlineLauncher, batch_kind
 from tests.integration.commands.conftest import Cli, corrected
 from tests.support.cluster import Cluster
 from tests.support.pipeline import Stack

@@ -12,7 +12,7 @@ import redis
 import sqlalchemy as sa
 
 from rsi_common.db import WorldRow, make_engine, session_factory
-from rsi_worker.worldfile import LINE_KEYS
+from rsi_worker.jobs.worldfile import LINE_KEYS
 from tests.integration.commands.conftest import Cli, corrected, world_line
 from tests.support.pipeline import Stack
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rsi_common.config import Settings, SimConfig
-from rsi_worker.scenario import CORRECTION
+from rsi_worker.jobs.scenario import CORRECTION
 from tests.support.pipeline import Stack
 
 TOPICS = ("laptops", "phones", "headphones", "monitors", "tablets", "cameras")

@@ -10,7 +10,7 @@ import pytest
 
 from rsi_common.config import ConsolidationParams, Settings
 from rsi_common.db import active_regressions, add_regressions, ensure_agent, regressions, rollback_to
-from rsi_worker.scenario import CORRECTION
+from rsi_worker.jobs.scenario import CORRECTION
 from tests.support.pipeline import ScriptedProposer, Stack, models_with
 
 BRIEF = "No, keep it brief"

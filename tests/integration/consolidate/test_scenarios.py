@@ -13,7 +13,7 @@ from rsi_common.db import rollback_to
 from rsi_common.harness import H0_VERSION
 from rsi_common.llm import make_client
 from rsi_worker.consolidate import ConsolidationState
-from rsi_worker.scenario import CORRECTION
+from rsi_worker.jobs.scenario import CORRECTION
 from tests.support.factories import HOPELESS_BLOCK, MARKER
 from tests.support.pipeline import ScriptedProposer, Stack, done_action, edit_action, models_with
 

@@ -9,8 +9,8 @@ import redis
 from rsi_common.config import ConsolidationParams, Settings
 from rsi_common.db import replay_rows, runs
 from rsi_worker.consolidate.spend import today
-from rsi_worker.scenario import CORRECTION
-from rsi_worker.servers import RedisServer
+from rsi_worker.jobs.scenario import CORRECTION
+from rsi_worker.local.servers import RedisServer
 from tests.support.cluster import Cluster
 from tests.support.pipeline import Stack
 

@@ -20,10 +20,10 @@ from rsi_common.config import Settings
 from rsi_common.llm import ModelClient, ModelRequest, make_client
 from rsi_common.llm.anthropic import AnthropicClient
 from rsi_common.llm.openai import OpenAIClient
-from rsi_common.llm.sim_proposer import TRAIT_TEXT
 from rsi_worker.consolidate import ConsolidationResult, ModelFactory
+from rsi_worker.jobs.scenario import CORRECTION
 from rsi_worker.roles.proposer import proposer_system
-from rsi_worker.scenario import CORRECTION
+from rsi_worker.roles.sim.proposer import TRAIT_TEXT
 from tests.support.pipeline import Stack
 from tests.support.wire_server import (
     ANTHROPIC,

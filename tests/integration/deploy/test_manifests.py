@@ -25,8 +25,8 @@ import yaml
 
 from rsi_common.config import Settings
 from rsi_common.dispatch import QUEUES
-from rsi_worker.app import TASK_ROUTES
 from rsi_worker.cli import app as rsi_app
+from rsi_worker.cluster.app import TASK_ROUTES
 
 pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parents[3]
@@ -232,7 +232,7 @@ def test_every_manifest_parses_and_kustomization_lists_them_all() -> None:
 
 def test_compose_and_every_rsi_env_var_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     svc = rsi_services()
-    assert set(svc) == {"migrate", "worker-consolidate", "worker-replay", "beat"}
+    assert set(svc) == {"migrate", "worker-consolidate", "worker-replay", "beat", "api"}
     for name, service in svc.items():
         env = compose_env(service)
         settings = settings_from(env, monkeypatch)
@@ -432,3 +432,20 @@ def test_dockerfile_is_sane() -> None:
             assert isinstance(json.loads(rest), list), f"{w} must use the exec (JSON) form"
         if w == "RUN":
             assert "curl" not in rest and "wget" not in rest, "the build fetches nothing but packages"
+
+
+def test_the_service_is_deployed_with_http_probes() -> None:
+    """``rsi serve`` in compose and in k8s: a Deployment with /healthz liveness and /readyz readiness
+    on its http port, and a Service in front of it."""
+    assert rsi(list(services()["api"]["command"]))[0] == "serve"
+    dep = one("Deployment", "rsi-api")
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert rsi(list(c["args"]))[0] == "serve"
+    port = next(p["containerPort"] for p in c["ports"] if p["name"] == "http")
+    assert str(port) in c["args"]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    svc = one("Service", "rsi-api")["spec"]
+    assert svc["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert svc["ports"][0]["targetPort"] == "http"
+    assert dep["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True

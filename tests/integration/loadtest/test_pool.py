@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from rsi_common.errors import InvalidInput
-from rsi_worker.loadpool import generate_pool, load_pool, rebind
-from rsi_worker.loadtest import LoadConfig, schedule
+from rsi_worker.jobs.loadpool import generate_pool, load_pool, rebind
+from rsi_worker.jobs.loadtest import LoadConfig, schedule
 
 
 def test_generated_pool_is_deterministic_by_seed() -> None:

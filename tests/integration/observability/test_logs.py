@@ -17,9 +17,9 @@ import pytest
 from pydantic import SecretStr
 
 from rsi_common.config import Settings
-from rsi_worker.app import create_app
-from rsi_worker.logs import REDACTED, bound, configure_logging, current_context, secrets_of
-from rsi_worker.tracing import instrument_celery
+from rsi_worker.cluster.app import create_app
+from rsi_worker.observability.logs import REDACTED, bound, configure_logging, current_context, secrets_of
+from rsi_worker.observability.tracing import instrument_celery
 
 pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parents[3]
@@ -141,8 +141,8 @@ def test_otel_is_off_by_default_and_not_imported() -> None:
     code = (
         "import sys\n"
         "from rsi_common.config import Settings\n"
-        "from rsi_worker.app import create_app\n"
-        "from rsi_worker.tracing import instrument_celery\n"
+        "from rsi_worker.cluster.app import create_app\n"
+        "from rsi_worker.observability.tracing import instrument_celery\n"
         "s = Settings(); app = create_app(s)\n"
         "assert s.otel is False and instrument_celery(s) is False\n"
         "app.rsi.start_observability(); app.rsi.stop_observability()\n"
@@ -165,6 +165,6 @@ def test_otel_without_the_extra_stays_off(caplog: pytest.LogCaptureFixture) -> N
     if installed:  # the otel extra is installed here
         assert instrument_celery(settings) is True
         return
-    with caplog.at_level("WARNING", logger="rsi_worker.tracing"):
+    with caplog.at_level("WARNING", logger="rsi_worker.observability.tracing"):
         assert instrument_celery(settings) is False
     assert "otel extra is not installed" in caplog.text

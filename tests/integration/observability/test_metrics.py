@@ -13,12 +13,12 @@ import pytest
 
 from rsi_common.config import Settings
 from rsi_common.db import get_run, replay_rows
-from rsi_worker.app import WorkerContext
+from rsi_worker.cluster.sweeper import SweepReport
+from rsi_worker.cluster.worker import WorkerContext
 from rsi_worker.consolidate import run_trial
 from rsi_worker.consolidate.evaluate import TrialSlot
-from rsi_worker.metrics import NULL_METRICS, Metrics, PrometheusMetrics, metrics_for
-from rsi_worker.scenario import CORRECTION
-from rsi_worker.sweeper import SweepReport
+from rsi_worker.jobs.scenario import CORRECTION
+from rsi_worker.observability.metrics import NULL_METRICS, Metrics, PrometheusMetrics, metrics_for
 from tests.support.pipeline import Stack
 
 pytestmark = pytest.mark.timeout(120)
@@ -129,7 +129,7 @@ def test_worker_context_serves_its_registry(caplog: pytest.LogCaptureFixture) ->
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert 'rsi_runs_total{status="adopted"} 1.0' in body
         busy = WorkerContext(Settings(metrics_port=port))
-        with caplog.at_level("ERROR", logger="rsi_worker.app"):
+        with caplog.at_level("ERROR", logger="rsi_worker.cluster.worker"):
             busy.start_observability()  # the port is taken: logged, the worker goes on
         assert any("not served" in r.getMessage() for r in caplog.records)
     finally:

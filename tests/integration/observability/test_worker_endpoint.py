@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from rsi_common.config import Settings
 from rsi_common.db import replay_rows
 from rsi_common.dispatch import QUEUE_CONSOLIDATE, TASK_CONSOLIDATE, KombuDispatcher
-from rsi_worker.scenario import CORRECTION
-from rsi_worker.servers import RedisServer
+from rsi_worker.jobs.scenario import CORRECTION
+from rsi_worker.local.servers import RedisServer
 from tests.support.cluster import REPO, Cluster
 from tests.support.pipeline import Stack
 

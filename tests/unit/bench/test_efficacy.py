@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 
 from rsi_common.llm import ModelRequest
-from rsi_common.llm.sim_core import message_text
-from rsi_common.llm.sim_proposer import TRAIT_TEXT
-from rsi_common.llm.sim_roles import read_signal
-from rsi_common.llm.sim_traits import (
+from rsi_common.llm.sim.core import message_text
+from rsi_common.llm.sim.roles import read_signal
+from rsi_common.llm.sim.traits import (
     TRAITS,
     Answer,
     apply_traits,
@@ -41,6 +40,7 @@ from rsi_worker.bench.efficacy_noop import NoopProposer, duplicate_block, merge
 from rsi_worker.bench.efficacy_platform import has_trait
 from rsi_worker.bench.efficacy_pool import CHANGES, FRAGMENTS, LEARN_PREFS, AgentSpec, build_pool
 from rsi_worker.gate.untrusted import UntrustedIndex
+from rsi_worker.roles.sim.proposer import TRAIT_TEXT
 
 BASE = "You are a planning assistant.\n\nAnswer with the facts and recommend one option."
 TABLE = "When you compare options, present them as a markdown table."

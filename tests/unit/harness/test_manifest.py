@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from rsi_common.errors import ManifestError, PathEscapeError
-from rsi_common.harness import KNOWN_IMPLS, SCHEMA, check_path, load_manifest
+from rsi_common.harness import SCHEMA, check_path, load_manifest
+from rsi_common.kernel.components import KNOWN_IMPLS
 from rsi_common.kinds import KINDS
 
 from .helpers import SKILL_PATH, comp, h0_obj, with_skill

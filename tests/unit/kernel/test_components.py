@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rsi_common.harness import KNOWN_IMPLS, ComponentSpec, h0
+from rsi_common.harness import ComponentSpec, h0
 from rsi_common.kernel import run_turn
-from rsi_common.kernel.components import REGISTRY, Component, SkillLibraryComponent
+from rsi_common.kernel.components import KNOWN_IMPLS, REGISTRY, Component, SkillLibraryComponent
 from rsi_common.kernel.components.skills import DEFAULT_HEADER, READ_SKILL, parse_skill
 from rsi_common.kernel.testing import ScriptedModel, text_response, tool_response
 from tests.unit.kernel.helpers import NO_RETRY, SKILL_COMPONENT, SKILL_TEXT, harness_with, live, make_plan

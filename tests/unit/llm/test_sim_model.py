@@ -29,7 +29,7 @@ from rsi_common.llm.sim import (
     input_tokens,
     output_tokens,
 )
-from rsi_common.llm.sim_core import find_turn
+from rsi_common.llm.sim.core import find_turn
 from tests.unit.llm.helpers import req, tool
 
 ALL_TRIGGERS = "Use a table, one line recommendation, bullets, be brief, units, cite sources, in Korean."
@@ -351,7 +351,7 @@ def test_unknown_and_unimplemented_roles() -> None:
         SimClient(role="oracle")
     with pytest.raises(InvalidInput, match="unknown model role"):
         make_client("sim", "sim-1", Settings(), role="oracle")
-    with pytest.raises(ModelBadRequest, match="no sim behaviour"):
+    with pytest.raises(ModelBadRequest, match="no behaviour is registered for the role 'analyst'"):
         SimClient(role="analyst", handlers={}).complete(req("hi"))
 
 

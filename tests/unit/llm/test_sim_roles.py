@@ -9,8 +9,8 @@ import pytest
 from rsi_common.config import Settings
 from rsi_common.llm import ModelClient, ModelRequest, ModelResponse, Usage, complete_json, make_client
 from rsi_common.llm.sim import SimClient
-from rsi_common.llm.sim_roles import judge_verdict, read_signal
-from rsi_common.llm.sim_traits import Answer, apply_traits, render
+from rsi_common.llm.sim.roles import judge_verdict, read_signal
+from rsi_common.llm.sim.traits import Answer, apply_traits, render
 
 CORRECTION = "No, show it as a table and keep the recommendation to one line"
 FACTS = [("Basic", "10 USD"), ("Pro", "25 USD")]

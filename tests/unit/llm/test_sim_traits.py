@@ -16,7 +16,7 @@ from rsi_common.llm.sim import (
     detect_units,
     detected_traits,
 )
-from rsi_common.llm.sim_traits import (
+from rsi_common.llm.sim.traits import (
     Answer,
     apply_traits,
     facts_from_input,

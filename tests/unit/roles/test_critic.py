@@ -11,14 +11,8 @@ from rsi_common.errors import ModelTransientError
 from rsi_common.harness import diff_trees
 from rsi_common.llm import ModelRequest
 from rsi_common.world import TurnWorld
-from rsi_worker.roles.critic import (
-    added_content,
-    critic_patterns,
-    critic_user_prompt,
-    precheck,
-    recent_user_messages,
-    review,
-)
+from rsi_worker.gate.precheck import added_content, critic_patterns, precheck
+from rsi_worker.roles.critic import critic_user_prompt, recent_user_messages, review
 from tests.unit.roles.helpers import CORRECTION, Scripted
 
 ACCEPT = {"verdict": "accept", "reasons": [], "risk_notes": ["fine"]}

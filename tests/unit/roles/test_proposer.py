@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from rsi_common.errors import ModelTransientError
-from rsi_common.harness import KNOWN_IMPLS, h0, workspace_of
+from rsi_common.harness import h0, workspace_of
+from rsi_common.kernel.components import KNOWN_IMPLS
 from rsi_common.kinds import K_ENABLED_PRODUCTION
 from rsi_common.llm import ModelRequest
 from rsi_worker.consolidate.draft import DraftContext

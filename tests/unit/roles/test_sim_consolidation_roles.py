@@ -10,14 +10,14 @@ from rsi_common.config import SimConfig
 from rsi_common.harness import diff_trees, h0, workspace_of
 from rsi_common.llm import ModelRequest
 from rsi_common.llm.sim import SIM_ROLES, SimClient
-from rsi_common.llm.sim_analyst import analyze_prompt
-from rsi_common.llm.sim_critic import review_payload, user_clauses
 from rsi_common.math import Exploration
 from rsi_common.world import TurnWorld
 from rsi_worker.consolidate.draft import DraftContext
 from rsi_worker.roles.analyst import analyst_user_prompt, analyze
 from rsi_worker.roles.critic import critic_user_prompt, recent_user_messages
 from rsi_worker.roles.proposer import proposer_user
+from rsi_worker.roles.sim.analyst import analyze_prompt
+from rsi_worker.roles.sim.critic import review_payload, user_clauses
 from tests.unit.roles.helpers import CORRECTION
 
 H0_WS = workspace_of(h0())
@@ -185,8 +185,8 @@ def test_user_messages_are_in_the_critic_payload(worlds: list[TurnWorld]) -> Non
 
 
 def test_block_texts_trigger_exactly_their_trait() -> None:
-    from rsi_common.llm.sim_proposer import TRAIT_TEXT
-    from rsi_common.llm.sim_traits import TRAITS, traits_in
+    from rsi_common.llm.sim.traits import TRAITS, traits_in
+    from rsi_worker.roles.sim.proposer import TRAIT_TEXT
 
     assert set(TRAIT_TEXT) == set(TRAITS)
     for trait, text in TRAIT_TEXT.items():

@@ -1,0 +1,133 @@
+"""The Celery app factory and queue routing (ARCHITECTURE §1, §3, §5).
+
+One app per process, built from :class:`~rsi_common.config.Settings` by :func:`create_app`; the
+tasks of :mod:`rsi_worker.cluster.tasks` are registered on it. Connection objects (database engine,
+Redis client, coordinator) are built lazily per *process* by the app's
+:class:`~rsi_worker.cluster.worker.WorkerContext` (``app.rsi``) — a forked pool child builds its
+own — and are never module globals.
+
+Delivery contract (at-least-once): ``task_acks_late`` with ``worker_prefetch_multiplier = 1``
+and ``task_reject_on_worker_lost``: a task whose worker dies is delivered again (at once when a
+pool child dies, after ``visibility_timeout_s`` when the whole node dies). Every task is
+idempotent (see each task's docstring); :meth:`~rsi_worker.cluster.worker.WorkerContext.count_delivery`
+caps redeliveries.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+from celery import Celery, signals
+
+from rsi_common.config import Settings
+from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUE_JUDGE, QUEUE_REPLAY, QUEUES, celery_queue
+from rsi_common.errors import SettingsError
+from rsi_worker.cluster.tasks import register
+from rsi_worker.cluster.worker import DELIVERY_TTL_S, WorkerContext
+from rsi_worker.observability.logs import connect_task_context
+
+__all__ = ["TASK_ROUTES", "app_from_env", "broker_urls", "create_app"]
+
+TASK_ROUTES: dict[str, dict[str, str]] = {
+    "rsi.consolidate": {"queue": QUEUE_CONSOLIDATE},
+    "rsi.draft_candidate": {"queue": QUEUE_CONSOLIDATE},
+    "rsi.launch_candidates": {"queue": QUEUE_CONSOLIDATE},
+    "rsi.sweep": {"queue": QUEUE_CONSOLIDATE},
+    "rsi.replay_trial": {"queue": QUEUE_REPLAY},
+    "rsi.after_incumbent": {"queue": QUEUE_JUDGE},
+    "rsi.judge_round": {"queue": QUEUE_JUDGE},
+}
+"""Task name → queue. ``replay`` carries the fan-out; ``judge`` the chord bodies."""
+
+
+
+def broker_urls(settings: Settings) -> tuple[str, str]:
+    """``(broker, result backend)``: Redis when ``RSI_REDIS_URL`` is set, else in-memory."""
+    if settings.redis_url:
+        return settings.redis_url, settings.redis_url
+    return "memory://", "cache+memory://"
+
+
+def _worker_context(sender: Any) -> WorkerContext | None:
+    ctx = getattr(getattr(sender, "app", None), "rsi", None)
+    return ctx if isinstance(ctx, WorkerContext) else None
+
+
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
+    ctx = _worker_context(sender)
+    if ctx is not None:
+        ctx.start_observability(pool=str(getattr(sender, "pool_cls", "")))
+    # Everything imported at start-up lives for the whole process: move it out of the garbage
+    # collector's generations so a full collection does not stall a short task (no-signal runs).
+    gc.collect()
+    gc.freeze()
+
+
+def _on_worker_shutdown(sender: Any = None, **_: Any) -> None:
+    ctx = _worker_context(sender)
+    if ctx is not None:
+        ctx.stop_observability()
+
+
+def create_app(settings: Settings, *, name: str = "rsi") -> Celery:
+    """The Celery app of ``settings`` with rsi-worker's tasks registered.
+
+    Celery settings: late acks, prefetch 1, reject on worker lost, JSON only, per-queue routing,
+    visibility timeout above the hard time limit, soft/hard time limits, task events on, and the
+    sweeper on the beat schedule every ``sweep_interval_s``.
+    """
+    broker, backend = broker_urls(settings)
+    app = Celery(name, broker=broker, backend=backend, set_as_current=False)
+    # Unacked messages of a dead worker come back after the visibility timeout: scan for them on
+    # every restore cycle (kombu's default throttle would make that ~100 s), and never let a dead
+    # worker's restore mutex block the others for longer than a few cycles.
+    transport = {
+        "visibility_timeout": settings.visibility_timeout_s,
+        "unacked_restore_throttle": 1,
+        "unacked_restore_interval": max(1, min(10, settings.visibility_timeout_s // 4)),
+        "unacked_mutex_expire": max(5, min(60, settings.visibility_timeout_s // 2)),
+    }
+    app.conf.update(
+        task_queues=[celery_queue(q) for q in QUEUES],
+        task_default_queue=QUEUE_CONSOLIDATE,
+        task_routes=TASK_ROUTES,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        broker_transport_options=transport,
+        result_backend_transport_options=transport,
+        broker_connection_retry_on_startup=True,
+        task_soft_time_limit=settings.task_soft_time_limit_s,
+        task_time_limit=settings.task_time_limit_s,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        result_expires=DELIVERY_TTL_S,
+        worker_hijack_root_logger=False,
+        beat_schedule={"rsi-sweep": {"task": "rsi.sweep", "schedule": settings.sweep_interval_s}},
+    )
+    ctx = WorkerContext(settings)
+    app.rsi = ctx
+    # Celery's signals are process-wide: each handler finds the app's own context through the sender.
+    signals.worker_init.connect(_on_worker_init, weak=False, dispatch_uid="rsi-worker-init")
+    signals.worker_shutdown.connect(_on_worker_shutdown, weak=False, dispatch_uid="rsi-worker-shutdown")
+    connect_task_context()
+    register(app, ctx)
+    return app
+
+
+def app_from_env() -> Any:
+    """The app of this process's environment (the ``celery -A rsi_worker.cluster.app:app_from_env`` hook).
+
+    Raises:
+        SettingsError: invalid settings, or no ``RSI_REDIS_URL``: a Celery process started this way
+            must never fall back to an in-memory broker that no host publishes to.
+    """
+    settings = Settings()
+    if not settings.redis_url:
+        raise SettingsError("RSI_REDIS_URL is not set: a worker started with celery -A needs the broker URL")
+    return create_app(settings)
