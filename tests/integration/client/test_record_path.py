@@ -20,7 +20,7 @@ from rsi_common import client as client_module
 from rsi_common import db
 from rsi_common.client import RsiClient
 from rsi_common.dispatch import RecordingDispatcher
-from rsi_worker.sweeper import sweep
+from rsi_worker.cluster.sweeper import sweep
 from tests.integration.client.conftest import make_world
 
 pytestmark = pytest.mark.timeout(120)
