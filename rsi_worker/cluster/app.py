@@ -32,7 +32,7 @@ __all__ = ["TASK_ROUTES", "app_from_env", "broker_urls", "create_app"]
 TASK_ROUTES: dict[str, dict[str, str]] = {
     "rsi.consolidate": {"queue": QUEUE_CONSOLIDATE},
     "rsi.draft_candidate": {"queue": QUEUE_CONSOLIDATE},
-    "rsi.launch_candidates": {"queue": QUEUE_CONSOLIDATE},
+    "celery.accumulate": {"queue": QUEUE_JUDGE},
     "rsi.sweep": {"queue": QUEUE_CONSOLIDATE},
     "rsi.replay_trial": {"queue": QUEUE_REPLAY},
     "rsi.after_incumbent": {"queue": QUEUE_JUDGE},

@@ -3,13 +3,16 @@
 The run's shape on the cluster (ARCHITECTURE §1)::
 
     consolidate ─► chord(replay_trial × incumbent slots) ─► after_incumbent
-                ─► chord(draft_candidate × m) ─► launch_candidates
-                ─► chord(replay_trial × candidates × worlds × k) ─► judge_round ─► (re-run)
+                ─► chord(draft_candidate × m) ─► judge_round ─► (re-run)
+                         └─ a passed draft: Task.replace(group(replay_trial × its worlds × k))
 
-Rules: chords are built explicitly in :func:`_dispatch` (no canvas operators that rewrite
-workflows); no task waits on another task's result; chord members (``replay_trial``,
-``draft_candidate``) never raise and never use ``Ignore`` — failures come back as structured
-results; every task renews the agent's lease through its step and stops when it is lost.
+Rules: chords are built explicitly in :func:`_dispatch`; the one rewrite is a passed
+``draft_candidate`` replacing itself with the group of its candidate's trials (Celery makes it a
+chord member of the same header, so ``judge_round`` still runs once, after every trial of every
+candidate: docs/architecture.md#one-consolidation-on-the-cluster); no task waits on another
+task's result; chord members (``replay_trial``, ``draft_candidate``) never raise — failures come
+back as structured results, and the replacement's ``Ignore`` is the only one raised; every task
+renews the agent's lease through its step and stops when it is lost.
 Every task may run more than once (at-least-once delivery); each docstring names what makes a
 second execution harmless.
 """
@@ -20,7 +23,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from celery import Celery, chord
+from celery import Celery, chord, group
 
 from rsi_common.coord import Lease
 from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUE_JUDGE, QUEUE_REPLAY, TASK_CONSOLIDATE
@@ -32,9 +35,8 @@ from rsi_worker.consolidate import (
     Deps,
     Next,
     after_incumbent,
-    draft_step,
+    draft_and_launch,
     judge_round,
-    launch_candidates,
     open_run,
     run_trial,
 )
@@ -84,7 +86,7 @@ def _dispatch(app: Celery, deps: Deps, nxt: Next) -> str:
             app.signature("rsi.draft_candidate", args=(run_id, v), queue=QUEUE_CONSOLIDATE)
             for v in nxt.variants
         ]
-        chord(header)(app.signature("rsi.launch_candidates", args=(run_id,), queue=QUEUE_CONSOLIDATE))
+        chord(header)(app.signature("rsi.judge_round", args=(run_id,), queue=QUEUE_JUDGE))
         return f"{len(header)} drafts"
     if nxt.kind == "judge":
         app.send_task("rsi.judge_round", args=[[], run_id], queue=QUEUE_JUDGE)
@@ -156,18 +158,21 @@ def register(app: Celery, ctx: WorkerContext) -> None:
         return _step(app, ctx, self.request.id, run_id, lambda d: after_incumbent(d, run_id))
 
     @app.task(name="rsi.draft_candidate", bind=True)
-    def draft_candidate(self: Any, run_id: str, variant: str) -> dict[str, Any]:
-        """Draft one variant (chord member; never raises). Idempotency key: ``(run_id, variant)``."""
+    def draft_candidate(self: Any, run_id: str, variant: str) -> Any:
+        """Draft one variant and, when it passed the precheck and critic, launch its trials at once
+        (chord member; never raises): the task replaces itself with the group of its candidate's
+        ``replay_trial`` tasks, which stays a member of the draft chord, so ``judge_round`` waits for
+        them. Idempotency key: ``(run_id, variant)`` — a redelivery finds the draft and the bound
+        hash stored; its trials are keyed slots."""
         try:
-            draft = draft_step(ctx.runtime().deps, run_id, variant)
-            return {"variant": variant, "gate": draft.get("gate")}
+            draft, slots = draft_and_launch(ctx.runtime().deps, run_id, variant)
         except Exception as exc:
             return {"variant": variant, "status": "error", "error": error_record(exc)}
-
-    @app.task(name="rsi.launch_candidates", bind=True)
-    def launch_candidates_task(self: Any, _results: Any, run_id: str) -> str:
-        """Step 13 (chord body). Idempotent: bound hashes are created once; replays are keyed slots."""
-        return _step(app, ctx, self.request.id, run_id, lambda d: launch_candidates(d, run_id))
+        if not slots:
+            return {"variant": variant, "gate": draft.get("gate")}
+        trials = group(app.signature("rsi.replay_trial", args=(run_id, s.to_json()), queue=QUEUE_REPLAY)
+                       for s in slots)
+        return self.replace(trials)
 
     @app.task(name="rsi.judge_round", bind=True)
     def judge_round_task(self: Any, _results: Any, run_id: str) -> str:

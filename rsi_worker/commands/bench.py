@@ -103,18 +103,22 @@ def bench_consolidate_cmd(
     latency_ms: float = typer.Option(200.0, "--latency-ms", min=0.0, help="Sim model latency per call."),
     workers: int = typer.Option(2, "--workers", min=1, help="Worker processes of the private cluster."),
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Threads per worker."),
-    inline_threads: int = typer.Option(8, "--inline-threads", min=1, help="Pool of the single-process run."),
+    inline_threads: int = typer.Option(0, "--inline-threads", min=0,
+                                       help="Pool of the single-process run (0: workers × concurrency, "
+                                            "the cluster's total threads)."),
     no_signal_runs: int = typer.Option(200, "--no-signal-runs", min=1, help="Timed no-signal runs."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """One consolidation on a private cluster (2 workers × 8 threads, W=8, k=2, m=2) against its
-    critical path; the single-process run; early stop on a hopeless candidate; no-signal task time."""
+    critical path and capacity bound; the single-process run with as many threads; early stop of a
+    hopeless candidate on two world mixes with its ceiling; no-signal task time, new conversation and
+    follow-up turn (docs/performance/consolidation.md)."""
     import json
 
     from rsi_worker.bench.consolidate import ConsolidateBench, bench_consolidate
 
     cfg = ConsolidateBench(latency_ms=latency_ms, workers=workers, concurrency=concurrency,
-                           inline_threads=inline_threads, no_signal_runs=no_signal_runs)
+                           inline_threads=inline_threads or None, no_signal_runs=no_signal_runs)
     report = bench_consolidate(cfg)
     if as_json:
         typer.echo(json.dumps(report, indent=2, default=str))

@@ -3,15 +3,16 @@
 Each step loads its inputs from SQL, computes, and stores what the next step needs; the Celery
 tasks (``rsi_worker.cluster.tasks``) and the in-process driver (:func:`consolidate_inline`) call the same
 steps: :func:`open_run` → :func:`run_trial` (incumbent) → :func:`after_incumbent` →
-:func:`draft_step` → :func:`launch_candidates` → :func:`run_trial` (candidates) →
-:func:`judge_round` → :func:`finalize`.
+:func:`draft_step` → :func:`launch_candidate` (per variant, as soon as its draft passed;
+both in :func:`draft_and_launch`) → :func:`run_trial` (candidates) → :func:`judge_round` →
+:func:`finalize`.
 """
 
 from __future__ import annotations
 
 from rsi_common.config import ConsolidationParams
 from rsi_worker.consolidate.context import CountingClient, Deps, ModelFactory, RoundContext, default_models
-from rsi_worker.consolidate.drafting import draft_step, launch_candidates
+from rsi_worker.consolidate.drafting import draft_and_launch, draft_step, launch_candidate
 from rsi_worker.consolidate.finalize import build_state, finalize, interrupt
 from rsi_worker.consolidate.incumbent import after_incumbent
 from rsi_worker.consolidate.inline import (
@@ -44,11 +45,12 @@ __all__ = [
     "build_state",
     "consolidate_inline",
     "default_models",
+    "draft_and_launch",
     "draft_step",
     "finalize",
     "interrupt",
     "judge_round",
-    "launch_candidates",
+    "launch_candidate",
     "open_run",
     "run_once",
     "run_trial",

@@ -1,4 +1,5 @@
-"""Drafting the round's candidates (SPEC §3.3 step 12) and launching their replays (step 13).
+"""Drafting the round's candidates (SPEC §3.3 step 12) and launching each one's replays (step 13)
+as soon as its draft passed (docs/architecture.md#one-consolidation-on-the-cluster).
 
 Idempotency: a draft is stored under its variant label in ``rsi_runs.drafts`` with a locked
 read-merge-write; a redelivered draft task finds its label stored and returns that draft without
@@ -7,8 +8,6 @@ calling the proposer again.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
 from typing import Any
 
 from rsi_common.db import get_agent, get_run, lock_agent, replay_rows, set_run_drafts, set_run_params
@@ -17,12 +16,12 @@ from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, loa
 from rsi_worker.consolidate.draft import Draft, DraftContext, draft_candidate
 from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, bound_total, plan_candidate
 from rsi_worker.consolidate.incumbent import views_of
-from rsi_worker.consolidate.opening import Next, renew_or_stop, spend_stop
+from rsi_worker.consolidate.opening import renew_or_stop
 from rsi_worker.consolidate.spend import charge, over_cap, usage_tokens
 from rsi_worker.consolidate.state import ConsolidationState
 from rsi_worker.consolidate.trials import row_json
 
-__all__ = ["draft_step", "interleave", "launch_candidates", "store_draft"]
+__all__ = ["draft_and_launch", "draft_step", "launch_candidate", "store_draft"]
 
 
 def _draft_context(deps: Deps, ctx: RoundContext) -> DraftContext:
@@ -93,54 +92,46 @@ def draft_step(deps: Deps, run_id: str, variant: str) -> dict[str, Any]:
     return stored
 
 
-def interleave(per_candidate: Sequence[Sequence[TrialSlot]]) -> list[TrialSlot]:
-    """The candidates' slots in dispatch order: round-robin over the candidates (A₁ B₁ A₂ B₂ …).
+def launch_candidate(deps: Deps, run_id: str, variant: str) -> list[TrialSlot]:
+    """Step 13 for one drafted variant, as soon as its draft is stored: its early-stop bound hash
+    in Redis and its replay slots (ordered by :func:`plan_candidate`). No slots when the run is
+    closed, the draft did not pass the precheck and critic, or the spend cap is reached (the judge
+    then ends the run as ``skipped``).
 
-    Only the order in which trials are enqueued changes (decisions are assembled from stored rows
-    per candidate). Candidate by candidate, a cluster with at least k·|W| free threads starts every
-    trial of a candidate at once, so the exact-bound early stop (SPEC §2.10) can never cancel a
-    queued trial of a hopeless candidate; round-robin puts a share of every candidate in each wave
-    of trials, and the failures of the first wave cancel the hopeless candidate's later slots.
+    Idempotent: the bound hash is created once (``init_bounds``); the slots are stored under the
+    variant in ``rsi_runs.params.slots`` with a locked read-merge-write (the candidates launch
+    concurrently), and the trials they name are keyed rows.
     """
-    out: list[TrialSlot] = []
-    for i in range(max((len(s) for s in per_candidate), default=0)):
-        out.extend(s[i] for s in per_candidate if i < len(s))
-    return out
-
-
-def launch_candidates(deps: Deps, run_id: str) -> Next:
-    """Step 13: bound hashes and replay slots for every live draft; ``judge`` when none is live."""
     with deps.sessions() as session:
         run = get_run(session, run_id)
         ctx = RoundContext.from_json(run.params or {})
-        drafts = dict(run.drafts or {})
+        draft = (run.drafts or {}).get(variant) or {}
         session.commit()  # end the read transaction (keeps loaded rows usable)
-    if run.status != "running":
-        return Next("stop", ctx)
+    if run.status != "running" or draft.get("gate") is not None or not draft.get("payload"):
+        return []
     renew_or_stop(deps, ctx)
-    capped = spend_stop(deps, ctx, time.monotonic())
-    if capped is not None:
-        return capped
-    p = deps.params
-    live = [v for v in sorted(drafts) if drafts[v].get("gate") is None and drafts[v].get("payload")]
-    rnd = ctx.round
-    per_candidate: list[list[TrialSlot]] = []
-    for v in live:
-        if ctx.early_stop:
-            deps.coord.init_bounds(
-                run_id,
-                v,
-                bound_total(ctx.worlds, ctx.checks, p.k),
-                float(rnd["S_star"]),
-                float(rnd["delta"]),
-                float(rnd["S_t"]),
-            )
-        mine = plan_candidate(v, ctx.worlds, p.k)
-        ctx.slots[v] = [s.to_json() for s in mine]
-        per_candidate.append(mine)
-    slots = interleave(per_candidate)
-    ctx.phase = "candidates"
+    if over_cap(deps, ctx.agent_id) is not None:
+        return []
+    p, rnd = deps.params, ctx.round
+    if ctx.early_stop:
+        deps.coord.init_bounds(run_id, variant, bound_total(ctx.worlds, ctx.checks, p.k),
+                               float(rnd["S_star"]), float(rnd["delta"]), float(rnd["S_t"]))
+    slots = plan_candidate(variant, ctx.worlds, p.k, checks=ctx.checks,
+                           failing=rnd.get("failing") or (), fresh=ctx.fresh)
     with deps.sessions() as session:
-        set_run_params(session, run_id, ctx.to_json())
+        lock_agent(session, ctx.agent_id)
+        stored = RoundContext.from_json(get_run(session, run_id, for_update=True).params or {})
+        stored.slots[variant] = [s.to_json() for s in slots]
+        stored.phase = "candidates"
+        open_ = set_run_params(session, run_id, stored.to_json())
         session.commit()
-    return Next("trials" if slots else "judge", ctx, slots=slots)
+    return slots if open_ else []
+
+
+def draft_and_launch(deps: Deps, run_id: str, variant: str) -> tuple[dict[str, Any], list[TrialSlot]]:
+    """Steps 12–13 for one variant: its draft (or the stored one), then its replay slots when it
+    passed (:func:`launch_candidate`). The body of a ``draft_candidate`` task."""
+    draft = draft_step(deps, run_id, variant)
+    if draft.get("gate") is not None or not draft.get("payload"):
+        return draft, []
+    return draft, launch_candidate(deps, run_id, variant)

@@ -9,14 +9,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
 from typing import Any, Protocol, TypeVar
 
 from rsi_common.coord import Lease
 from rsi_common.errors import CoordinationError
 from rsi_common.stored import error_record
 from rsi_worker.consolidate.context import Deps
-from rsi_worker.consolidate.drafting import draft_step, launch_candidates
+from rsi_worker.consolidate.drafting import draft_step, launch_candidate
 from rsi_worker.consolidate.evaluate import TrialSlot
 from rsi_worker.consolidate.finalize import finalize, settle_lease
 from rsi_worker.consolidate.incumbent import after_incumbent
@@ -69,13 +69,32 @@ def _trial(deps: Deps, run_id: str, slot: TrialSlot) -> dict[str, Any]:
         return {"status": "error", "error": error_record(exc), "world_id": slot.world_id, "trial": slot.trial}
 
 
-def _draft(deps: Deps, run_id: str, variant: str) -> dict[str, Any]:
-    """One draft, as the ``draft_candidate`` chord member runs it: an exception drops the variant."""
+def _draft(deps: Deps, run_id: str, variant: str) -> list[TrialSlot]:
+    """One draft and, when it passed, its launch, as the ``draft_candidate`` chord member runs them:
+    returns the candidate's trial slots; an exception drops the variant (no slots)."""
     try:
-        return draft_step(deps, run_id, variant)
+        draft = draft_step(deps, run_id, variant)
+        if draft.get("gate") is not None or not draft.get("payload"):
+            return []
+        return launch_candidate(deps, run_id, variant)
     except Exception as exc:
         log.warning("run %s: draft %s failed: %s", run_id, variant, type(exc).__name__, exc_info=True)
-        return {"variant": variant, "status": "error", "error": error_record(exc)}
+        return []
+
+
+def _drafts_then_trials(deps: Deps, run_id: str, variants: Sequence[str], executor: TrialExecutor) -> None:
+    """Each candidate's trials start as soon as its own draft passed (not when every draft is done),
+    on the same pool: the shape of the cluster's draft chord (docs/architecture.md)."""
+    if not isinstance(executor, ThreadExecutor) or executor.parallel == 1:
+        for v in variants:
+            executor.map(lambda s: _trial(deps, run_id, s), _draft(deps, run_id, v))
+        return
+    with ThreadPoolExecutor(max_workers=executor.parallel) as pool:
+        drafts = [pool.submit(_draft, deps, run_id, v) for v in variants]
+        trials: list[Future[dict[str, Any]]] = []
+        for done in as_completed(drafts):
+            trials += [pool.submit(_trial, deps, run_id, s) for s in done.result()]
+        wait(trials)
 
 
 def _advance(deps: Deps, nxt: Next, executor: TrialExecutor) -> Next:
@@ -84,8 +103,8 @@ def _advance(deps: Deps, nxt: Next, executor: TrialExecutor) -> Next:
         executor.map(lambda s: _trial(deps, run_id, s), nxt.slots)
         return after_incumbent(deps, run_id) if nxt.ctx.phase == "incumbent" else judge_round(deps, run_id)
     if nxt.kind == "drafts":
-        executor.map(lambda v: _draft(deps, run_id, v), nxt.variants)
-        return launch_candidates(deps, run_id)
+        _drafts_then_trials(deps, run_id, nxt.variants, executor)
+        return judge_round(deps, run_id)
     if nxt.kind == "judge":
         return judge_round(deps, run_id)
     raise ValueError(f"cannot advance from {nxt.kind!r}")

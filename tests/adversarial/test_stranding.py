@@ -77,7 +77,6 @@ STEPS: dict[str, tuple[Any, str]] = {
     "open_run before its row": (opening, "start_run"),
     "open_run after its params": (opening, "_read_implicit"),
     "after_incumbent": (inline, "after_incumbent"),
-    "launch_candidates": (inline, "launch_candidates"),
     "judge_round": (inline, "judge_round"),
     "finalize": (inline, "finalize"),
     "the final write itself": (finalize_mod, "final_write"),
@@ -113,7 +112,7 @@ def test_an_exception_in_any_step_releases_the_lease_and_reruns_the_pending_turn
     assert agent_keys(rclient, A) == {fence_key(A)}
 
 
-@pytest.mark.parametrize("member", ["run_trial", "draft_step"])
+@pytest.mark.parametrize("member", ["run_trial", "draft_step", "launch_candidate"])
 def test_a_failing_trial_or_draft_is_a_missing_result_not_a_stranded_run(
     stack: Stack, rclient: redis.Redis, monkeypatch: pytest.MonkeyPatch, member: str
 ) -> None:
