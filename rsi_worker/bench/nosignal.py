@@ -29,12 +29,13 @@ import dataclasses
 import json
 import statistics
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from rsi_common.db import save_world
 from rsi_common.llm import make_client
-from rsi_worker.bench.ingest import percentile
+from rsi_worker.bench.ingest import StatementCounter, percentile
 from rsi_worker.consolidate import Deps, open_run
 from rsi_worker.consolidate.finalize import finalize
 from rsi_worker.jobs.scenario import CORRECTION, conversation_turn, next_history
@@ -160,15 +161,24 @@ def bench_no_signal(rt: Runtime, runs: int = 200, *, rounds: int = 3) -> dict[st
     _one(rt, deps, turns.add())  # warm-up: marks the accepted signals seen
     new: list[tuple[float, float, str, int]] = []
     follow_up: list[tuple[float, float, str, int]] = []
-    for i in range(max(1, runs)):  # alternate, so the follow-up's first turn is in the pool
-        io = turns.add()
-        new.append(_one(rt, deps, io))
-        nxt = turns.add(follow_up=(io, FOLLOW_UP.format(topic=TOPICS[i % len(TOPICS)])))
-        follow_up.append(_one(rt, deps, nxt))
+    counter = StatementCounter(rt.engine)
+    statements: dict[str, Counter[str]] = {"new": Counter(), "follow_up": Counter()}
+    try:
+        for i in range(max(1, runs)):  # alternate, so the follow-up's first turn is in the pool
+            io = turns.add()
+            counter.reset()
+            new.append(_one(rt, deps, io))
+            statements["new"].update(counter.kinds)
+            nxt = turns.add(follow_up=(io, FOLLOW_UP.format(topic=TOPICS[i % len(TOPICS)])))
+            counter.reset()
+            follow_up.append(_one(rt, deps, nxt))
+            statements["follow_up"].update(counter.kinds)
+    finally:
+        counter.close()
     n = len(new)
     return {
-        "new": series(new),
-        "follow_up": series(follow_up),
+        "new": {**series(new), **_per_run(statements["new"], n)},
+        "follow_up": {**series(follow_up), **_per_run(statements["follow_up"], n)},
         **{k: series(new)[k] for k in ("runs", "median_ms", "p99_ms", "max_ms", "open_median_ms",
                                        "finalize_median_ms", "statuses")},
         "reasons": _reasons(rt, 2 * n),
@@ -176,6 +186,12 @@ def bench_no_signal(rt: Runtime, runs: int = 200, *, rounds: int = 3) -> dict[st
         "learned": learned,
         "state_bytes": _state_bytes(rt),
     }
+
+
+def _per_run(kinds: Counter[str], n: int) -> dict[str, Any]:
+    """SQL statements per run, in total and by kind (``INSERT rsi_runs`` …)."""
+    return {"sql_statements_per_run": round(sum(kinds.values()) / n, 2),
+            "sql_statements": {k: round(v / n, 2) for k, v in sorted(kinds.items())}}
 
 
 def _quick(rt: Runtime) -> Deps:

@@ -130,6 +130,37 @@ def bench_consolidate_cmd(
     Console().print(report_table(report))
 
 
+@bench.command("scale")
+def bench_scale_cmd(
+    workers: str = typer.Option("1,2,4", "--workers", help="Worker-process counts, one cluster each."),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Threads per worker (fixed)."),
+    agents: int = typer.Option(16, "--agents", min=1, help="Agents consolidating at once."),
+    latency_ms: float = typer.Option(200.0, "--latency-ms", min=0.0, help="Sim model latency per call."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Cluster throughput at 1, 2, 4 worker processes with fixed threads per process, many agents
+    consolidating at once: runs/s, speed-up, efficiency, peak RSS per worker
+    (docs/performance/consolidation.md)."""
+    import json
+
+    from rsi_worker.bench.scale import ScaleBench, bench_scale, report_table
+
+    try:
+        counts = tuple(int(x) for x in workers.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter("give worker counts like 1,2,4", param_hint="--workers") from None
+    if not counts or any(n < 1 for n in counts):
+        raise typer.BadParameter("give worker counts like 1,2,4", param_hint="--workers")
+    report = bench_scale(ScaleBench(latency_ms=latency_ms, concurrency=concurrency,
+                                    workers=tuple(dict.fromkeys(counts)), agents=agents))
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, default=str))
+        return
+    from rich.console import Console
+
+    Console().print(report_table(report))
+
+
 @bench.command("efficacy")
 def bench_efficacy_cmd(
     agents: int = typer.Option(30, "--agents", min=1, help="Simulated agents per noise level."),
