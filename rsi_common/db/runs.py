@@ -96,7 +96,7 @@ def start_run(
     Raises:
         UnknownAgentError: no such agent.
     """
-    lock_agent(session, agent_id)
+    agent = lock_agent(session, agent_id)
     existing = session.execute(
         sa.select(RunRow)
         .where(RunRow.agent_id == agent_id, RunRow.fence == fence)
@@ -104,8 +104,6 @@ def start_run(
     ).scalar_one_or_none()
     if existing is not None:
         return existing
-    agent = session.get(AgentRow, agent_id)
-    assert agent is not None
     row = RunRow(
         id=run_id or new_run_id(),
         agent_id=agent_id,
