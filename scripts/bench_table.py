@@ -13,6 +13,7 @@ Each figure is printed beside its target and whether it is met; a report not giv
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,17 @@ from typing import Any
 
 def _load(path: str) -> Any:
     return json.loads(Path(path).read_text()) if path and Path(path).exists() else None
+
+
+def _short(text: str) -> str:
+    """Numbers with more than three significant digits after the point, shortened (129.981 → 130.0,
+    0.1168 → 0.117); integers and commands are left as they are."""
+
+    def one(m: re.Match[str]) -> str:
+        x = float(m.group(0))
+        return f"{x:.1f}" if abs(x) >= 10 else f"{x:.3g}" if abs(x) < 1 else f"{x:.2f}"
+
+    return text if text.startswith("`") else re.sub(r"\d+\.\d{3,}", one, text)
 
 
 def _met(ok: bool) -> str:
@@ -192,7 +204,7 @@ def main(argv: list[str]) -> int:
     print("| figure | command | result | target | |")
     print("|---|---|---|---|---|")
     for row in rows:
-        print("| " + " | ".join(row) + " |")
+        print("| " + " | ".join(_short(cell) for cell in row) + " |")
     return 0
 
 
