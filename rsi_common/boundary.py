@@ -249,19 +249,39 @@ def check_depth(value: Any, path: str, *, max_depth: int = MAX_DEPTH, depth: int
     """
     if not isinstance(value, _CONTAINERS):
         return
-    stack: list[tuple[Any, str, int]] = [(value, path, depth)]
+    # (node, where, level); where = (parent where, key or None for a list item, index), built into a
+    # path only for the message
+    stack: list[tuple[Any, Any, int]] = [(value, None, depth)]
     while stack:
-        node, p, d = stack.pop()
+        node, where, d = stack.pop()
         if d > max_depth:
-            raise error(_too_deep(p, max_depth))
-        if isinstance(node, Mapping):
+            raise error(_too_deep(_link_path(path, where), max_depth))
+        t = type(node)
+        if t is dict or (t is not list and t is not tuple and isinstance(node, Mapping)):
             for i, (k, item) in enumerate(node.items()):
-                if isinstance(item, _CONTAINERS):
-                    stack.append((item, _key_path(p, k, i), d + 1))
+                ti = type(item)
+                if ti is dict or ti is list or (ti not in _SCALARS and isinstance(item, _CONTAINERS)):
+                    stack.append((item, (where, k, i), d + 1))
         else:
             for i, item in enumerate(node):
-                if isinstance(item, _CONTAINERS):
-                    stack.append((item, f"{p}[{i}]", d + 1))
+                ti = type(item)
+                if ti is dict or ti is list or (ti not in _SCALARS and isinstance(item, _CONTAINERS)):
+                    stack.append((item, (where, None, i), d + 1))
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+"""Exact types that are never containers (a fast path before the ``Mapping`` check)."""
+
+
+def _link_path(path: str, where: Any) -> str:
+    """The field path of a ``(parent, key or None, index)`` link under ``path``."""
+    links: list[tuple[Any, int]] = []
+    while where is not None:
+        where, key, index = where
+        links.append((key, index))
+    for key, index in reversed(links):
+        path = f"{path}[{index}]" if key is None else _key_path(path, key, index)
+    return path
 
 
 class _Walker:
@@ -273,12 +293,13 @@ class _Walker:
         self.repair = repair
         self.max_depth = max_depth
         self.error = error
-        self.limit_text = limit_text or f"{max_bytes:,} bytes"
+        self.limit_text = limit_text
         self.size = 0
         self.defects: list[Defect] = []
 
     def over(self, path: str) -> InputLimitError:
-        return self.error(_fmt(path, f"over the size limit of {self.limit_text}"))
+        limit = self.limit_text or f"{self.max_bytes:,} bytes"  # formatted only for the message
+        return self.error(_fmt(path, f"over the size limit of {limit}"))
 
     def walk(self, value: Any, path: str, depth: int) -> Any:
         if isinstance(value, str):
@@ -292,18 +313,30 @@ class _Walker:
             if d > self.max_depth:
                 raise self.error(_too_deep(p, self.max_depth))
             self.size += 2 + max(len(node) - 1, 0)
-            mutable = self.repair and type(node) in (dict, list)
-            keyed = isinstance(node, Mapping)
+            t = type(node)
+            mutable = self.repair and (t is dict or t is list)
+            keyed = t is dict or (t is not list and isinstance(node, Mapping))
             entries: Iterable[tuple[Any, Any]] = node.items() if keyed else enumerate(node)
             for i, (k, item) in enumerate(entries):
                 key = k if keyed else None
-                if keyed:
-                    self.key(k, p, i)
-                if isinstance(item, str):
+                if keyed:  # an ASCII key without U+0000 within the budget: counted here
+                    if (type(k) is str and k.isascii() and "\x00" not in k
+                            and len(k) <= self.max_bytes - self.size):
+                        self.size += len(k) + 3
+                    else:
+                        self.key(k, p, i)
+                t = type(item)
+                if t is str and item.isascii() and "\x00" not in item:  # the common case of text()
+                    if len(item) > self.max_bytes - self.size:
+                        raise self.over(_child(p, key, i))
+                    self.size += len(item) + 2
+                    if self.size > self.max_bytes:
+                        raise self.over(_child(p, key, i))
+                elif t is str or (t not in _SCALARS and isinstance(item, str)):
                     new = self.text(item, p, key, i, mutable)
                     if new is not item:
                         node[k] = new
-                elif isinstance(item, _CONTAINERS):
+                elif t is dict or t is list or (t not in _SCALARS and isinstance(item, _CONTAINERS)):
                     stack.append((item, _child(p, key, i), d + 1))
                 else:
                     self.scalar(item, p, key, i)

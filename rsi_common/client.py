@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,7 +38,7 @@ from typing import Any, Literal
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -46,6 +47,7 @@ from rsi_common.boundary import MAX_HARNESS_VERSION_CHARS, check_id, check_label
 from rsi_common.config import Settings
 from rsi_common.coord import Coordinator
 from rsi_common.credentials import describe, find_in, safe_repr
+from rsi_common.db.record import RETENTION_EVERY, mark_handed_off, record_bare_turn, record_world_turn
 from rsi_common.dispatch import Dispatcher, KombuDispatcher, redis_py_url
 from rsi_common.errors import CredentialError, InvalidInput, SettingsError
 from rsi_common.handoff import COORD_ERRORS, trigger_consolidation
@@ -59,6 +61,7 @@ from rsi_common.llm import ModelClient
 from rsi_common.stored import safe_reason
 
 __all__ = [
+    "MARK_DELAY_S",
     "OWN_LOOP_REASON",
     "REDIS_TIMEOUT_S",
     "TRAJECTORY_RETENTION",
@@ -80,6 +83,83 @@ TRAJECTORY_RETENTION = 1_000
 """Trajectory rows kept per agent (project decision; the spec sets no bound)."""
 REDIS_TIMEOUT_S = 1.0
 """Connect and socket timeout, in seconds, of the Redis client the client builds itself."""
+MARK_DELAY_S = 1.0
+"""Longest wait, in seconds, of a hand-off mark (``enqueued_at``) before it is written: marks ride
+on the client's next record transaction or, when the client is idle, on one flush by a background
+thread (docs/performance/record-path.md). Far below the sweeper's grace (60 s)."""
+MARK_BATCH = 256
+"""Pending marks that make a flush due at once, whatever their age."""
+
+
+class _Marks:
+    """World ids whose trigger was handed off, waiting to have ``enqueued_at`` written.
+
+    A mark is due when the oldest pending one is ``delay_s`` old or ``batch`` are pending. Due marks
+    ride on the next record transaction (:meth:`take`); a daemon thread flushes them when no record
+    transaction comes (started with the first mark, stopped by :meth:`stop`). Thread-safe.
+    """
+
+    def __init__(self, flush: Callable[[list[str]], None], delay_s: float, batch: int) -> None:
+        self._flush = flush
+        self.delay_s = delay_s
+        self.batch = batch
+        self._lock = threading.Lock()
+        self._ids: list[str] = []
+        self._oldest = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, world_id: str) -> None:
+        with self._lock:
+            if not self._ids:
+                self._oldest = time.monotonic()
+            self._ids.append(world_id)
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(target=self._run, name="rsi-marks", daemon=True)
+                self._thread.start()
+
+    def take(self, *, due_only: bool = True) -> list[str]:
+        """The pending marks (only if due, with ``due_only``); they are removed from the queue."""
+        with self._lock:
+            if not self._ids or (due_only and len(self._ids) < self.batch
+                                 and time.monotonic() - self._oldest < self.delay_s):
+                return []
+            ids, self._ids = self._ids, []
+            return ids
+
+    def restore(self, ids: list[str]) -> None:
+        """Put back marks whose transaction failed (they are due at once)."""
+        if ids:
+            with self._lock:
+                self._ids[:0] = ids
+                self._oldest = time.monotonic() - self.delay_s
+
+    def flush(self) -> None:
+        """Write every pending mark now, in one transaction (on failure they stay pending)."""
+        ids = self.take(due_only=False)
+        if ids:
+            self._write(ids)
+
+    def _run(self) -> None:
+        while not self._stop.wait(max(self.delay_s, 0.05)):
+            ids = self.take(due_only=True)
+            if ids:
+                self._write(ids)
+
+    def _write(self, ids: list[str]) -> None:
+        try:
+            self._flush(ids)
+        except Exception as exc:  # the sweeper triggers them once more if they are never written
+            self.restore(ids)
+            log.warning("%d hand-off mark(s) not written yet (%s)", len(ids), type(exc).__name__)
+
+    def stop(self) -> None:
+        """Stop the thread and write what is pending."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+        self.flush()
 
 
 @dataclass(frozen=True)
@@ -201,6 +281,13 @@ class RsiClient:
             ``settings.redis_url``; in the embedded in-process mode pass a fakeredis client).
         dispatcher: task dispatcher (default: :class:`KombuDispatcher` on ``settings.redis_url``).
         trajectory_retention: trajectory rows kept per agent.
+        retention_every: world and trajectory retention run on every ``retention_every``-th
+            recorded turn of an agent (1: on every turn); between two runs at most
+            ``retention_every - 1`` rows of each are kept beyond the bound.
+        mark_delay_s: longest wait of a hand-off mark (:data:`MARK_DELAY_S`).
+        pool_size: database connections the client's own engine keeps (default
+            :data:`~rsi_common.db.engine.DEFAULT_POOL_SIZE`); give at least the number of threads
+            that record at once. Ignored when ``engine`` is given.
 
     Raises:
         SettingsError: ``redis`` or ``dispatcher`` is missing and ``settings.redis_url`` is unset.
@@ -214,15 +301,22 @@ class RsiClient:
         redis: redis.Redis | None = None,
         dispatcher: Dispatcher | None = None,
         trajectory_retention: int = TRAJECTORY_RETENTION,
+        retention_every: int = RETENTION_EVERY,
+        mark_delay_s: float = MARK_DELAY_S,
+        pool_size: int | None = None,
     ) -> None:
         if (redis is None or dispatcher is None) and not settings.redis_url:
             raise SettingsError("RSI_REDIS_URL is not set: set it, or pass redis= and dispatcher= "
                                 "(e.g. fakeredis and a memory:// KombuDispatcher in the embedded mode)")
+        if retention_every < 1 or not mark_delay_s >= 0:
+            raise InvalidInput("retention_every must be >= 1 and mark_delay_s >= 0")
         self.settings = settings
         self.trajectory_retention = trajectory_retention
+        self.retention_every = retention_every
         self._owned: list[Callable[[], None]] = []
         if engine is None:
-            engine = db.make_engine(settings.database_url)
+            pool: dict[str, Any] = {} if pool_size is None else {"pool_size": pool_size}
+            engine = db.make_engine(settings.database_url, **pool)
             self._owned.append(engine.dispose)
         self.engine = engine
         self._sessions = db.session_factory(self.engine)
@@ -241,18 +335,22 @@ class RsiClient:
         self._listener = InvalidationListener(redis, self._cache.invalidate, self._cache.clear)
         self._listener_lock = threading.Lock()
         self._listener_started = False
+        self._marks = _Marks(self._write_marks, mark_delay_s, MARK_BATCH)
 
     # --- recording --------------------------------------------------------------------------------
 
     def record_turn(self, agent_id: str, turn: TurnResult | dict[str, Any]) -> RecordedTurn:
         """Store a finished turn and trigger the agent's consolidation (SPEC §3.12.1, §3.12.4).
 
-        In one transaction: the agent is created if new, the world is stored (``seq`` = max in the
-        conversation + 1; latest ``world_retention`` worlds kept), the trajectory is stored (latest
-        ``trajectory_retention`` kept) and run retention is applied. Then, outside the transaction:
-        a frozen agent gets no run; an own-loop turn got one ``skipped`` run row; otherwise
-        ``try_begin`` → enqueue ``consolidate`` (or the pending mark) and the world is marked
-        enqueued. Recording the same ``io_id`` again stores nothing new and triggers again.
+        In one transaction (docs/performance/record-path.md): the agent is created if new (and
+        locked), the world is stored (``seq`` = max in the conversation + 1), the trajectory is
+        stored, and on every ``retention_every``-th turn of the agent the latest ``world_retention``
+        worlds and ``trajectory_retention`` trajectories are kept. Then, outside the transaction: a
+        frozen agent gets no run; an own-loop turn got one ``skipped`` run row; otherwise
+        ``try_begin`` → enqueue ``consolidate`` (or the pending mark), and the world's hand-off mark
+        (``enqueued_at``) is queued: it is written by the client's next record transaction or within
+        ``mark_delay_s`` (:meth:`flush_marks` writes it at once). Recording the same ``io_id`` again
+        stores nothing new and triggers again.
 
         Args:
             agent_id: the agent (created on its first turn).
@@ -274,39 +372,50 @@ class RsiClient:
             return self._record_without_world(agent_id, parsed, skipped=True)
         if parsed.world is None:
             return self._record_without_world(agent_id, parsed, skipped=False)
-        with self._sessions.begin() as s:
-            row = db.save_world(s, agent_id, parsed.world, parsed.signals,
-                                retention=self.settings.world_retention)
-            agent = s.get(db.AgentRow, agent_id)  # created and locked (fresh) by save_world: no query
-            frozen = agent is not None and agent.frozen
-            if frozen:  # no trigger is due; also for a repeated turn first saved before the freeze
-                db.mark_enqueued(s, [row.id])
-            self._save_trajectory(s, parsed)
-            db.retain_runs(s, agent_id, self.settings.run_retention)
-        recorded = RecordedTurn(row.id, row.io_id, row.seq, row.replayable, "frozen")
-        return recorded if frozen else self._hand_off(agent_id, recorded)
+        with self._write() as conn:
+            agent, stored = record_world_turn(
+                conn, agent_id, parsed.world, parsed.signals, parsed.trajectory,
+                world_retention=self.settings.world_retention, trajectory_retention=self.trajectory_retention,
+                retention_every=self.retention_every)
+        recorded = RecordedTurn(stored.id, stored.io_id, stored.seq, stored.replayable, "frozen")
+        return recorded if agent.frozen else self._hand_off(agent_id, recorded)
 
-    def _save_trajectory(self, s: Session, parsed: ParsedTurn) -> None:
-        if parsed.trajectory is not None:
-            db.save_trajectory(s, parsed.trajectory, retention=self.trajectory_retention)
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """One record transaction on a Core connection; the hand-off marks that are due ride on it
+        (put back if it fails)."""
+        marks = self._marks.take()
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+                if marks:  # last: the rows it locks are never held while this transaction waits
+                    mark_handed_off(conn, marks)
+        except BaseException:
+            self._marks.restore(marks)
+            raise
+
+    def _write_marks(self, world_ids: list[str]) -> None:
+        with self.engine.begin() as conn:
+            mark_handed_off(conn, world_ids)
+
+    def flush_marks(self) -> None:
+        """Write the pending hand-off marks (``enqueued_at``) now, in one transaction; otherwise
+        they are written within ``mark_delay_s`` (and by :meth:`close`). A failure is logged and
+        the marks stay pending."""
+        self._marks.flush()
 
     def _record_without_world(self, agent_id: str, parsed: ParsedTurn, *, skipped: bool) -> RecordedTurn:
-        with self._sessions.begin() as s:
-            db.ensure_agent(s, agent_id)
-            self._save_trajectory(s, parsed)
-            if skipped:
-                db.skip_run(s, agent_id, io_id=parsed.io_id, reason=OWN_LOOP_REASON)
-                db.retain_runs(s, agent_id, self.settings.run_retention)
+        with self._write() as conn:
+            record_bare_turn(conn, agent_id, parsed.trajectory,
+                             skipped_reason=OWN_LOOP_REASON if skipped else None,
+                             io_id=parsed.io_id, trajectory_retention=self.trajectory_retention,
+                             run_retention=self.settings.run_retention, retention_every=self.retention_every)
         return RecordedTurn(None, parsed.io_id, None, False, "skipped" if skipped else "off")
 
     def _hand_off(self, agent_id: str, recorded: RecordedTurn) -> RecordedTurn:
         handoff = trigger_consolidation(self.coord, self.dispatcher, agent_id, recorded.io_id)
         if handoff.handed_off and recorded.world_id is not None:
-            try:
-                with self._sessions.begin() as s:
-                    db.mark_enqueued(s, [recorded.world_id])
-            except SQLAlchemyError as exc:  # the sweeper triggers it once more: harmless
-                log.warning("agent %s: world handed off but not marked (%s)", agent_id, type(exc).__name__)
+            self._marks.add(recorded.world_id)
         return dataclasses.replace(recorded, dispatched=handoff.outcome, task_id=handoff.task_id)
 
     def record_signals(self, agent_id: str, io_id: str, signals: dict[str, Any]) -> RecordedTurn:
@@ -326,16 +435,29 @@ class RsiClient:
         check_id(agent_id, "agent_id")
         check_id(io_id, "io_id")
         clean = check_signals(signals)
-        with self._sessions.begin() as s:
-            frozen = db.get_agent(s, agent_id).frozen
-            row = db.update_signals(s, agent_id, clean, io_id=io_id)
-            if row is None:
-                raise InvalidInput(f"agent {safe_repr(agent_id)} has no stored world for io "
-                                   f"{safe_repr(io_id)} (never recorded, or removed by retention)")
-            if not frozen:
-                row.enqueued_at = None
-        recorded = RecordedTurn(row.id, row.io_id, row.seq, row.replayable, "frozen")
+        marks = self._marks.take(due_only=False)
+        try:
+            with self._sessions.begin() as s:
+                recorded, frozen = self._store_signals(s, agent_id, io_id, clean)
+                # the clear supersedes this world's pending mark: it must not be written after it
+                rest = marks if frozen else [m for m in marks if m != recorded.world_id]
+                if rest:
+                    mark_handed_off(s.connection(), rest)
+        except BaseException:
+            self._marks.restore(marks)
+            raise
         return recorded if frozen else self._hand_off(agent_id, recorded)
+
+    def _store_signals(self, s: Session, agent_id: str, io_id: str,
+                       clean: dict[str, Any]) -> tuple[RecordedTurn, bool]:
+        frozen = db.get_agent(s, agent_id).frozen
+        row = db.update_signals(s, agent_id, clean, io_id=io_id)
+        if row is None:
+            raise InvalidInput(f"agent {safe_repr(agent_id)} has no stored world for io "
+                               f"{safe_repr(io_id)} (never recorded, or removed by retention)")
+        if not frozen:
+            row.enqueued_at = None
+        return RecordedTurn(row.id, row.io_id, row.seq, row.replayable, "frozen"), frozen
 
     # --- the current harness ----------------------------------------------------------------------
 
@@ -630,7 +752,9 @@ class RsiClient:
     # --- lifecycle --------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the listener and close what the client built itself. Idempotent."""
+        """Write the pending hand-off marks, stop the listener and close what the client built
+        itself. Idempotent."""
+        self._marks.stop()
         self._listener.stop()
         while self._owned:
             closer = self._owned.pop()

@@ -81,6 +81,10 @@ _SAFE_REPR_CHARS = 80
 _VALUE: Any = object()
 PAIR_VALUE_CHARS = 512
 """Characters of a string value put into its ``{"key": value}`` pair by :func:`find_in`."""
+_JSON_ESCAPED = re.compile(r'["\\\x00-\x1f]')
+"""Characters ``json.dumps`` escapes (with ``ensure_ascii=False``)."""
+_LEAVES = frozenset({type(None), bool, int, float})
+"""Types :func:`find_in` does not scan (exact types; subclasses take the slow path)."""
 
 
 def normalise(text: str) -> str:
@@ -88,7 +92,7 @@ def normalise(text: str) -> str:
 
     Never raises on a ``str`` (lone surrogates pass through unchanged).
     """
-    if text.isascii():
+    if text.isascii() or (_IGNORABLE.search(text) is None and unicodedata.is_normalized("NFKC", text)):
         return text
     text = unicodedata.normalize("NFKC", _IGNORABLE.sub("", text))
     return _IGNORABLE.sub("", text)  # NFKC maps e.g. U+FFA0 to U+3164, itself ignorable
@@ -123,34 +127,197 @@ def find_in(value: Any, path: str) -> tuple[str, list[str]] | None:
     :data:`PAIR_VALUE_CHARS` characters, enough for every shape that starts at the key) and the ``str()``
     of any other object but a number, depth first in document order, without recursion. Paths look like
     ``trajectory.steps[2].note``; a key that is itself credential-shaped appears as ``<redacted key>``.
+
+    **One scan** (docs/performance/record-path.md): the texts are collected in one walk, their
+    anchors are looked for once in the joined text (:func:`_anchored`), and only the texts holding an
+    anchor are checked one by one — the result is exactly that of checking every text in turn, since a
+    pattern only matches a text holding one of its anchors. A first walk of plain JSON collects the
+    texts only; the walk that keeps document order and paths runs only when it found a credential.
     """
-    stack: list[tuple[str, Any, Any]] = [(path, _VALUE, value)]
+    if _clean_json(value):
+        return None
+    return _find_in_ordered(value, path)
+
+
+def _clean_json(value: Any) -> bool:
+    """True when ``value`` is plain JSON (dicts, lists, strings, numbers, booleans, None) and no key,
+    string or pair of it matches a pattern; False when one matches or ``value`` holds another type
+    (then :func:`_find_in_ordered` answers). Order does not matter here: no path is kept."""
+    texts: list[str] = []
+    pairs: list[int] = []  # index of a key text; its value is the next text, its pair the one after
+    add, stack = texts.append, [value]
+    pop, push = stack.pop, stack.append
     while stack:
-        where, key, v = stack.pop()
+        v = pop()
+        t = type(v)
+        if t is dict:
+            for k, item in v.items():
+                if type(k) is not str:
+                    return False
+                ti = type(item)
+                if ti is str:
+                    pairs.append(len(texts))
+                    add(k)
+                    add(item)
+                    add(_pair_text(k, item))
+                else:
+                    add(k)
+                    if ti is dict or ti is list:
+                        push(item)
+                    elif ti not in _LEAVES:
+                        return False
+        elif t is list:
+            for item in v:
+                ti = type(item)
+                if ti is str:
+                    add(item)
+                elif ti is dict or ti is list:
+                    push(item)
+                elif ti not in _LEAVES:
+                    return False
+        elif t is str:
+            add(v)
+        elif t not in _LEAVES:
+            return False
+    flagged = _anchored(texts)
+    if flagged is None:
+        return False
+    if not flagged:
+        return True
+    if any(find_credentials(texts[i]) for i in flagged):  # keys, strings and the pairs built
+        return False
+    return not any(  # a pair not built holds an anchor only if its key or value does (_pair_text)
+        find_credentials(json.dumps({texts[i]: texts[i + 1][:PAIR_VALUE_CHARS]}, ensure_ascii=False))
+        for i in pairs if not texts[i + 2] and (i in flagged or i + 1 in flagged))
+
+
+def _find_in_ordered(value: Any, path: str) -> tuple[str, list[str]] | None:
+    """:func:`find_in` keeping document order and paths (any value, host objects included)."""
+    texts: list[str] = []
+    probes: list[tuple[Any, int, int]] = []  # (where, text, -1) or (where, key text, pair text)
+    errors: dict[int, BaseException] = {}
+    stack: list[tuple[Any, Any, Any]] = [(path, _VALUE, value)]
+    add_text, add_probe, push, pop = texts.append, probes.append, stack.append, stack.pop
+    while stack:
+        where, key, v = pop()
+        t = type(v)
+        n = len(texts)
         if key is not _VALUE:  # a dict entry: its key, then a string value and the pair, else descend
-            labels = find_credentials(str(key))
-            if not labels and isinstance(v, str):
-                labels = find_credentials(v) or find_credentials(
-                    json.dumps({str(key): v[:PAIR_VALUE_CHARS]}, ensure_ascii=False))
-                if not labels:
-                    continue
-            if labels:
-                return where, labels
-            stack.append((where, _VALUE, v))
+            k = key if type(key) is str else str(key)
+            add_probe((where, n, -1))
+            add_text(k)
+            if t is str or (t not in _LEAVES and isinstance(v, str)):
+                add_probe((where, n + 1, -1))
+                add_probe((where, n, n + 2))
+                add_text(v)
+                add_text(_pair_text(k, v))
+            elif t not in _LEAVES:
+                push((where, _VALUE, v))
+        elif t is str:
+            add_probe((where, n, -1))
+            add_text(v)
+        elif t is dict:
+            stack.extend(reversed([((where, 0, k), k, item) for k, item in v.items()]))
+        elif t is list:
+            stack.extend(reversed([((where, 1, i), _VALUE, item) for i, item in enumerate(v)]))
+        elif t in _LEAVES:
+            continue
         elif isinstance(v, str):
-            labels = find_credentials(v)
-            if labels:
-                return where, labels
+            add_probe((where, n, -1))
+            add_text(v)
         elif isinstance(v, Mapping):
-            stack.extend(reversed([(f"{where}.{safe_key(k)}" if where else safe_key(k), k, item)
-                                   for k, item in v.items()]))
+            stack.extend(reversed([((where, 0, k), k, item) for k, item in v.items()]))
         elif isinstance(v, list | tuple):
-            stack.extend(reversed([(f"{where}[{i}]", _VALUE, item) for i, item in enumerate(v)]))
-        elif v is not None and not isinstance(v, bool | int | float):
-            labels = find_credentials(str(v))  # a host object stored as its text
-            if labels:
-                return where, labels
+            stack.extend(reversed([((where, 1, i), _VALUE, item) for i, item in enumerate(v)]))
+        elif not isinstance(v, bool | int | float):
+            add_probe((where, n, -1))
+            try:
+                add_text(str(v))  # a host object stored as its text
+            except Exception as exc:  # raised when reached, as a sequential scan would
+                errors[n] = exc
+                add_text("")
+    if not probes:
+        return None
+    flagged = _anchored(texts)
+    for where, i, pair in probes:
+        if i in errors:
+            raise errors[i]
+        if pair < 0:
+            if flagged is not None and i not in flagged:
+                continue
+            labels = find_credentials(texts[i])
+        else:
+            if flagged is not None and not (i in flagged or i + 1 in flagged or pair in flagged):
+                continue  # without escapes or a cut, the pair's anchors are the key's and the value's
+            labels = find_credentials(texts[pair] or json.dumps({texts[i]: texts[i + 1][:PAIR_VALUE_CHARS]},
+                                                                ensure_ascii=False))
+        if labels:
+            return _render(where), labels
     return None
+
+
+def _pair_text(key: str, value: str) -> str:
+    """The ``{"key": value}`` pair's JSON when it may hold an anchor the key and the value do not,
+    else ``""`` (built only if a pattern may match).
+
+    The pair holds the key and the value's first :data:`PAIR_VALUE_CHARS` characters between ``{"``,
+    ``": "`` and ``"}`` (no anchor holds a quote or a brace, and none is ``: ``), so it holds an anchor
+    the two texts lack only through an escape (``\\n`` + ``pm_…``, ``\\u001b`` + ``asic``) or the cut
+    of a non-ASCII value (a character separated from the combining marks NFKC composes it with).
+    """
+    if (len(value) > PAIR_VALUE_CHARS and not value.isascii()) or _JSON_ESCAPED.search(key) is not None \
+            or _JSON_ESCAPED.search(value, 0, PAIR_VALUE_CHARS) is not None:
+        return json.dumps({key: value[:PAIR_VALUE_CHARS]}, ensure_ascii=False)
+    return ""
+
+
+def _anchored(texts: list[str]) -> set[int] | None:
+    """Indices of the texts whose normalised, lower-cased form holds an anchor of the table (the
+    prefilter of :func:`find_credentials`, for all texts at once); ``None``: check every text.
+
+    The texts are normalised one by one (only non-ASCII ones can change), joined with U+0000 (no
+    anchor holds it, and lower-casing neither makes nor moves one across it) and lower-cased once;
+    the anchors, all ASCII, are then found in its UTF-8 bytes (where no multi-byte character holds an
+    ASCII byte), each at most once per text. A text holding U+0000 itself: ``None``.
+    """
+    joined = "\x00".join(texts)
+    if not joined.isascii():
+        joined = "\x00".join([t if t.isascii() else normalise(t) for t in texts])
+    if joined.count("\x00") != len(texts) - 1:
+        return None
+    low = joined.lower().encode("utf-8", "surrogatepass")
+    flagged: set[int] = set()
+    for coarse, fine in _ANCHOR_BYTES:
+        if coarse not in low:
+            continue
+        for anchor in fine:
+            pos = low.find(anchor)
+            while pos >= 0:
+                flagged.add(low.count(b"\x00", 0, pos))
+                nxt = low.find(b"\x00", pos)
+                pos = low.find(anchor, nxt + 1) if nxt >= 0 else -1
+    return flagged
+
+
+_ANCHOR_BYTES: tuple[tuple[bytes, tuple[bytes, ...]], ...] = tuple(
+    (coarse.encode(), tuple(a.encode() for a in fine)) for coarse, fine in _ANCHOR_GROUPS.items())
+
+
+def _render(where: Any) -> str:
+    """The field path of a probe: the root path string, or ``(parent, 0, key)`` / ``(parent, 1, index)``."""
+    parts: list[tuple[int, Any]] = []
+    while not isinstance(where, str):
+        where, kind, item = where
+        parts.append((kind, item))
+    out = where
+    for kind, item in reversed(parts):
+        if kind:
+            out = f"{out}[{item}]"
+        elif out:
+            out = f"{out}.{safe_key(item)}"
+        else:
+            out = safe_key(item)
+    return out
 
 
 def redact(text: str, replacement: str = REDACTED) -> str:

@@ -74,7 +74,6 @@ __all__ = [
     "TASK_CONSOLIDATE",
     "TASK_DRAFT_CANDIDATE",
     "TASK_JUDGE_ROUND",
-    "TASK_LAUNCH_CANDIDATES",
     "TASK_QUEUES",
     "TASK_REPLAY_TRIAL",
     "TASK_SWEEP",
@@ -109,17 +108,16 @@ TASK_REPLAY_TRIAL = "rsi.replay_trial"
 TASK_AFTER_INCUMBENT = "rsi.after_incumbent"
 """``after_incumbent(results, run_id)``: the chord body after the incumbent's trials."""
 TASK_DRAFT_CANDIDATE = "rsi.draft_candidate"
-"""``draft_candidate(run_id, variant)``: one draft (a chord member)."""
-TASK_LAUNCH_CANDIDATES = "rsi.launch_candidates"
-"""``launch_candidates(results, run_id)``: the chord body after the drafts."""
+"""``draft_candidate(run_id, variant)``: one draft (a chord member); a passed draft replaces itself
+with the group of its candidate's ``replay_trial`` tasks."""
 TASK_JUDGE_ROUND = "rsi.judge_round"
-"""``judge_round(results, run_id)``: the chord body after the candidates' trials."""
+"""``judge_round(results, run_id)``: the chord body after the drafts and their trials."""
+
 TASK_SWEEP = "rsi.sweep"
 """``sweep()``: the sweeper (Celery beat)."""
 TASK_QUEUES: Mapping[str, str] = {
     TASK_CONSOLIDATE: QUEUE_CONSOLIDATE,
     TASK_DRAFT_CANDIDATE: QUEUE_CONSOLIDATE,
-    TASK_LAUNCH_CANDIDATES: QUEUE_CONSOLIDATE,
     TASK_SWEEP: QUEUE_CONSOLIDATE,
     TASK_REPLAY_TRIAL: QUEUE_REPLAY,
     TASK_AFTER_INCUMBENT: QUEUE_JUDGE,

@@ -173,19 +173,38 @@ _ERROR_CHARS = 300
 """``error`` is cut to its column (``String(300)``) when stored; checked after the cut."""
 
 
+def _column_checks() -> tuple[tuple[str, str, int], ...]:
+    """``(column, kind, length)`` of the ``rsi_trajectories`` columns a record's value is checked
+    against: ``error`` (free text, cut), ``label`` (``String(length)``), ``int32`` (``INTEGER``)."""
+    out = []
+    for col in TrajectoryRow.__table__.columns:
+        if col.key in ("id", "agent_id", "created_at", *_TRAJECTORY_IDS):
+            continue
+        if col.key == "error":
+            out.append((col.key, "error", _ERROR_CHARS))
+        elif isinstance(col.type, sa.String) and col.type.length is not None:
+            out.append((col.key, "label", col.type.length))
+        elif isinstance(col.type, sa.Integer) and not isinstance(col.type, sa.BigInteger):
+            out.append((col.key, "int32", 0))
+    return tuple(out)
+
+
 def _trajectory_columns(out: dict[str, Any]) -> None:
     """Each value bound for a ``rsi_trajectories`` column fits its SQL type on every database."""
-    for col in TrajectoryRow.__table__.columns:
-        value = out.get(col.key)
-        if value is None or col.key in ("id", "agent_id", "created_at", *_TRAJECTORY_IDS):
+    for key, kind, length in _COLUMN_CHECKS:
+        value = out.get(key)
+        if value is None:
             continue
-        path = f"trajectory.{col.key}"
-        if col.key == "error":  # free text (newlines allowed), cut when stored
-            check_text(str(value)[:_ERROR_CHARS], path, max_bytes=4 * _ERROR_CHARS)
-        elif isinstance(col.type, sa.String) and col.type.length is not None:
-            check_label(value, path, max_chars=col.type.length)
-        elif isinstance(col.type, sa.Integer) and not isinstance(col.type, sa.BigInteger):
+        path = f"trajectory.{key}"
+        if kind == "error":  # free text (newlines allowed), cut when stored
+            check_text(str(value)[:length], path, max_bytes=4 * length)
+        elif kind == "label":
+            check_label(value, path, max_chars=length)
+        else:
             check_int(value, path, lo=-MAX_INT32 - 1, hi=MAX_INT32)
+
+
+_COLUMN_CHECKS = _column_checks()
 
 
 def _trajectory(agent_id: str, io_id: str, trajectory: Any) -> dict[str, Any] | None:

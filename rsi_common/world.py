@@ -140,8 +140,14 @@ _DROP: Any = object()
 
 def _jsonable(v: Any, metadata: bool) -> Any:
     """A JSON-safe deep copy; ``metadata`` drops (``_DROP``) what the lax mode would ``str()``."""
-    if v is None or type(v) in (str, bool, int):
+    t = type(v)
+    if v is None or t is str or t is bool or t is int:
         return v
+    if t is float and math.isfinite(v):  # a plain float survives the JSON round trip unchanged
+        return v
+    if t is list:
+        items = [_jsonable(i, metadata) for i in v]
+        return [i for i in items if i is not _DROP]
     if isinstance(v, (str, int, float)):  # floats and subclasses (enums, numpy floats): as JSON reads them
         if isinstance(v, float) and not math.isfinite(v):
             return _DROP if metadata else str(v)
@@ -253,6 +259,11 @@ def migrate_world(obj: Mapping[str, Any]) -> dict[str, Any]:
             )
         seen.add(schema)
         out = step(out)
+    return _fill_late_fields(out)
+
+
+def _fill_late_fields(out: dict[str, Any]) -> dict[str, Any]:
+    """Fill the late fields of ``rsi-world/1`` in place (module docstring) and return ``out``."""
     out.setdefault("truncated", False)
     out.setdefault("images_dropped", False)
     out.setdefault("memory", {"present": False, "chunks": None})
@@ -263,25 +274,43 @@ def migrate_world(obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _first_non_json(v: Any, path: str) -> str | None:
-    if v is None or type(v) in (str, bool, int):
-        return None
-    if isinstance(v, float):
-        return None if math.isfinite(v) else path
-    if isinstance(v, dict):
-        for k, item in v.items():
-            sub = f"{path}.{safe_key(k)}" if path else safe_key(k)
-            bad = path if not isinstance(k, str) else _first_non_json(item, sub)
-            if bad is not None:
-                return bad
-        return None
-    if isinstance(v, list):
-        for i, item in enumerate(v):
-            bad = _first_non_json(item, f"{path}[{i}]")
-            if bad is not None:
-                return bad
-        return None
-    return path or "<world>"
+def _first_non_json(v: Any) -> str | None:
+    """The path of the first value under ``v`` that is not JSON (for a non-string key: its dict's
+    path), else ``None``. Depth first in document order; the path is built only for the value found."""
+    stack: list[tuple[Any, Any, Any]] = [((), None, v)]  # (where, the dict of a non-string key, value)
+    while stack:
+        where, bad_key_of, item = stack.pop()
+        if bad_key_of is not None:
+            return _render(bad_key_of)
+        if item is None or type(item) in (str, bool, int):
+            continue
+        if isinstance(item, float):
+            if math.isfinite(item):
+                continue
+            return _render(where)
+        if isinstance(item, dict):
+            stack.extend(reversed([((where, k), None if isinstance(k, str) else where, sub)
+                                   for k, sub in item.items()]))
+        elif isinstance(item, list):
+            stack.extend(reversed([((where, i), None, sub) for i, sub in enumerate(item)]))
+        else:
+            return _render(where) or "<world>"
+    return None
+
+
+def _render(where: Any) -> str:
+    """``(parent, key or index)`` links → ``a.b[2].c`` (keys through :func:`safe_key`)."""
+    parts: list[Any] = []
+    while where:
+        where, part = where
+        parts.append(part)
+    out = ""
+    for part in reversed(parts):
+        if isinstance(part, int):
+            out = f"{out}[{part}]"
+        else:
+            out = f"{out}.{safe_key(part)}" if out else safe_key(part)
+    return out
 
 
 def validate_world(obj: Any) -> dict[str, Any]:
@@ -299,11 +328,16 @@ def validate_world(obj: Any) -> dict[str, Any]:
     return _validate(obj)
 
 
-def _validate(obj: Any) -> dict[str, Any]:
-    """:func:`validate_world` after the depth check."""
+def _validate(obj: Any, *, prepared: bool = False) -> dict[str, Any]:
+    """:func:`validate_world` after the depth check.
+
+    ``prepared``: ``obj`` is :func:`finalize_world`'s private, JSON-safe copy in ``rsi-world/1``
+    (:func:`_prepare` made every value JSON), so neither the copy of the migration nor the JSON walk
+    is needed.
+    """
     had_bytes = isinstance(obj, Mapping) and "bytes" in obj
-    data = migrate_world(obj)
-    bad = _first_non_json(data, "")
+    data = _fill_late_fields(obj) if prepared and obj.get("schema") == WORLD_SCHEMA else migrate_world(obj)
+    bad = None if prepared else _first_non_json(data)
     if bad is not None:
         raise WorldError(f"{bad}: not a JSON value")
     try:
@@ -418,8 +452,8 @@ def finalize_world(data: Mapping[str, Any]) -> dict[str, Any]:
     w["images_dropped"] = bool(w.get("images_dropped")) or dropped
     w["truncated"] = bool(w.get("truncated")) or cut
     _add_defects(w, guard_world(w))
-    out = _validate(w)
-    size = world_bytes(out)
+    out = _validate(w, prepared=True)
+    size = out["bytes"]  # computed by the validation (the prepared copy has no "bytes")
     if size > MAX_WORLD_BYTES:
         out["replayable"] = False
         out["state"]["messages"] = []

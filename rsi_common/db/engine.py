@@ -1,5 +1,21 @@
 """Engines and sessions for SQLite (embedded) and PostgreSQL (distributed).
 
+Pools, journal and durability (docs/performance/record-path.md):
+
+* **PostgreSQL** — a ``QueuePool`` of :data:`DEFAULT_POOL_SIZE` connections kept (plus as many
+  overflow ones), so every thread of a host or worker process keeps its own connection instead of
+  reconnecting; size it to at least the process's threads (``make_engine(url, pool_size=n)``,
+  ``RsiClient(pool_size=n)``). ``pool_pre_ping`` tests a connection when it is checked out, so a
+  restarted server costs no failed turn.
+* **SQLite** — the file database in **WAL** mode with ``synchronous=NORMAL``: a commit appends to the
+  write-ahead log without waiting for the disk; the log is synced at each checkpoint. A power loss
+  (not a process crash) can lose the last commits before the checkpoint, never corrupt the file — a
+  host that needs every turn on disk at return sets ``PRAGMA synchronous=FULL`` on its own engine.
+  One writer at a time: every transaction starts with ``BEGIN IMMEDIATE`` and writers queue on the
+  lock (busy timeout :data:`SQLITE_BUSY_TIMEOUT_MS`); readers of other connections are not blocked.
+  The pool keeps :data:`DEFAULT_POOL_SIZE` connections so threads do not reopen the file; more
+  threads than one add no write throughput, only overlap their Python work with the writer.
+
 Transactions. Repository functions run inside the caller's transaction
 (``with factory.begin() as session: ...``) and never commit themselves. Functions that read
 then write (``seq`` numbering, fenced final write, retention) first lock the agent row:
@@ -17,8 +33,12 @@ then write (``seq`` numbering, fenced final write, retention) first lock the age
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import threading
+import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +47,17 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-__all__ = ["SQLITE_BUSY_TIMEOUT_MS", "make_engine", "session_factory"]
+__all__ = ["DEFAULT_POOL_SIZE", "SQLITE_BUSY_TIMEOUT_MS", "make_engine", "session_factory"]
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for the write lock before failing."""
+SQLITE_CHECKPOINT_S = 0.25
+"""Interval of the background WAL checkpoint of a file SQLite database (see :class:`_Checkpointer`)."""
+SQLITE_AUTOCHECKPOINT_PAGES = 10_000
+"""WAL pages (4 KiB) after which a commit checkpoints by itself: only when the background
+checkpoint falls behind (SQLite's default is 1,000)."""
+DEFAULT_POOL_SIZE = 16
+"""Connections a pool keeps (PostgreSQL and file SQLite); as many again may open under a burst."""
 
 _BEGIN_MODES = ("DEFERRED", "IMMEDIATE", "EXCLUSIVE")
 
@@ -45,26 +72,31 @@ def make_engine(url: str | sa.URL, **kwargs: Any) -> Engine:
     JSON columns are serialized with :data:`json_dumps` (NaN refused) on every backend.
     SQLite: WAL journal, ``busy_timeout`` = :data:`SQLITE_BUSY_TIMEOUT_MS`, foreign keys on,
     ``synchronous=NORMAL``, ``BEGIN IMMEDIATE`` transactions (module docstring); the parent
-    directory of a file database is created. PostgreSQL and others: ``pool_pre_ping``.
+    directory of a file database is created. PostgreSQL and others: ``pool_pre_ping``. Pools keep
+    :data:`DEFAULT_POOL_SIZE` connections (``pool_size``) and open as many more under a burst
+    (``max_overflow``) unless given.
 
     Args:
         url: SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://…``).
-        **kwargs: passed to :func:`sqlalchemy.create_engine`.
+        **kwargs: passed to :func:`sqlalchemy.create_engine` (e.g. ``pool_size``).
 
     Returns:
         The engine; dispose of it when done.
     """
     u = sa.make_url(url)
     kwargs.setdefault("json_serializer", json_dumps)
+    memory = not u.database or u.database == ":memory:"
+    if "poolclass" not in kwargs and not (u.get_backend_name() == "sqlite" and memory):
+        kwargs.setdefault("pool_size", DEFAULT_POOL_SIZE)
+        kwargs.setdefault("max_overflow", kwargs["pool_size"])
     if u.get_backend_name() != "sqlite":
         kwargs.setdefault("pool_pre_ping", True)
         return sa.create_engine(u, **kwargs)
-    if u.database and u.database != ":memory:" and not u.database.startswith("file:"):
-        Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    if not memory and not str(u.database).startswith("file:"):
+        Path(str(u.database)).expanduser().parent.mkdir(parents=True, exist_ok=True)
     connect_args = dict(kwargs.pop("connect_args", {}))
     connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_MS / 1000)
     engine = sa.create_engine(u, connect_args=connect_args, **kwargs)
-    memory = not u.database or u.database == ":memory:"
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, record: Any) -> None:
@@ -74,20 +106,90 @@ def make_engine(url: str | sa.URL, **kwargs: Any) -> Engine:
         try:
             if not memory:
                 cur.execute("PRAGMA journal_mode=WAL")
+                cur.execute(f"PRAGMA wal_autocheckpoint={SQLITE_AUTOCHECKPOINT_PAGES}")
             cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA synchronous=NORMAL")
         finally:
             cur.close()
 
+    writers = _WriterQueue()
+    checkpointer = None if memory or str(u.database).startswith("file:") else _Checkpointer(str(u.database))
+
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         mode = str(conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")).upper()
         if mode not in _BEGIN_MODES:
             raise ValueError(f"sqlite_begin must be one of {_BEGIN_MODES}, got {mode!r}")
-        conn.exec_driver_sql(f"BEGIN {mode}")
+        if mode != "DEFERRED":
+            writers.enter(conn)
+        try:
+            conn.exec_driver_sql(f"BEGIN {mode}")
+        except BaseException:
+            writers.leave(conn.info)
+            raise
+
+    @event.listens_for(engine, "commit")
+    def _on_commit(conn: Connection) -> None:
+        writers.end(conn, commit=True)
+        if checkpointer is not None:
+            checkpointer.wake()
+
+    @event.listens_for(engine, "rollback")
+    def _on_rollback(conn: Connection) -> None:
+        writers.end(conn, commit=False)
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(dbapi_conn: Any, record: Any) -> None:
+        writers.leave(record.info)  # a transaction that ended without commit or rollback
+
+    @event.listens_for(engine, "close")
+    def _on_close(dbapi_conn: Any, record: Any) -> None:
+        writers.leave(record.info)
 
     return engine
+
+
+class _WriterQueue:
+    """The SQLite writers of one engine (one process), one at a time, in arrival order.
+
+    SQLite lets one transaction write; a ``BEGIN IMMEDIATE`` that finds the lock taken waits in the
+    busy handler, which polls with growing sleeps (1, 2, 5, 10 … 100 ms): eight threads recording
+    at once then wait for sleeps, not for the writer, and a turn's latency reaches seconds. So the
+    engine's writers queue on a lock instead, taken before ``BEGIN IMMEDIATE`` and released after
+    the ``COMMIT`` (or ``ROLLBACK``) — which is why the commit is run here, in SQLAlchemy's ``commit``
+    event, before the lock is released (the driver's own commit that follows finds no transaction
+    open and does nothing). Writers of other processes still meet the busy handler.
+    """
+
+    _KEY = "rsi_sqlite_writer"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def enter(self, conn: Connection) -> None:
+        if not self._lock.acquire(timeout=SQLITE_BUSY_TIMEOUT_MS / 1000):
+            raise sa.exc.OperationalError("BEGIN IMMEDIATE", {}, TimeoutError(
+                f"no write turn within {SQLITE_BUSY_TIMEOUT_MS} ms (database is locked)"))
+        conn.info[self._KEY] = True
+
+    def end(self, conn: Connection, *, commit: bool) -> None:
+        if not conn.info.get(self._KEY):
+            return
+        try:
+            dbapi_conn: Any = conn.connection.dbapi_connection
+            if commit:
+                dbapi_conn.commit()
+            else:
+                dbapi_conn.rollback()
+        except Exception:  # left to SQLAlchemy's own commit or rollback, which reports it
+            pass
+        finally:
+            self.leave(conn.info)
+
+    def leave(self, info: dict[Any, Any]) -> None:
+        if info.pop(self._KEY, False):
+            self._lock.release()
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:
@@ -97,3 +199,67 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
     ORM rows that callers use after the transaction ended.
     """
     return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+class _Checkpointer:
+    """Checkpoints a file SQLite database's write-ahead log off the commit path.
+
+    With SQLite's default, the commit that makes the WAL reach 1,000 pages copies it into the
+    database and syncs both — a 20 ms stall every ~80 recorded turns, the p99 of ``record_turn``.
+    Here a daemon thread runs ``PRAGMA wal_checkpoint(PASSIVE)`` (which never blocks readers or
+    writers) on its own connection every :data:`SQLITE_CHECKPOINT_S` while the engine commits; it
+    starts with a commit and ends after ten idle intervals (one last checkpoint first), so an idle
+    engine has no thread. Commits still checkpoint by themselves past
+    :data:`SQLITE_AUTOCHECKPOINT_PAGES` if the thread falls behind.
+    """
+
+    _IDLE_ROUNDS = 10
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._dirty = False
+
+    def wake(self) -> None:
+        """A commit happened: checkpoint at the next interval (start the thread if needed)."""
+        self._dirty = True
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="rsi-sqlite-checkpoint",
+                                                    daemon=True)
+                    self._thread.start()
+
+    def _run(self) -> None:
+        import sqlite3
+
+        idle = 0
+        try:
+            uri = f"file:{urllib.parse.quote(str(Path(self.path).expanduser()))}?mode=rw"  # never creates it
+            db = sqlite3.connect(uri, uri=True, timeout=0, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error:
+            self._thread = None
+            return
+        try:
+            while idle < self._IDLE_ROUNDS:
+                time.sleep(SQLITE_CHECKPOINT_S)
+                if self._dirty:
+                    self._dirty, idle = False, 0
+                    self._checkpoint(db)
+                else:
+                    idle += 1
+        finally:
+            with self._lock:
+                self._thread = None
+            db.close()
+        if self._dirty:  # a commit raced with the exit: keep checkpointing
+            self.wake()
+
+    @staticmethod
+    def _checkpoint(db: Any) -> None:
+        import sqlite3
+
+        with contextlib.suppress(sqlite3.Error):  # busy or gone: the next round (or a commit past the limit)
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+

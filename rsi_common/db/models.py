@@ -4,8 +4,8 @@ Seven tables here (the service's tokens and audit log are in :mod:`rsi_common.db
 prefixed ``rsi_`` so they can share a database with the host application:
 
 * ``rsi_agents`` — one row per agent: current harness version (``NULL`` = H0), frozen flag,
-  consolidation state (SPEC §3.2) and ``applied_fence`` (the fence of the newest run whose final
-  write was applied, SPEC §3.12.7).
+  consolidation state (SPEC §3.2), ``applied_fence`` (the fence of the newest run whose final
+  write was applied, SPEC §3.12.7) and ``turns`` (turns recorded, the retention clock).
 * ``rsi_harnesses`` — one row per adopted version of an agent (provenance: parent, run, summary).
 * ``rsi_worlds`` — one row per recorded turn (SPEC §4.1); ``seq`` numbers the turns of one
   conversation (``interaction_id``) from 1; ``enqueued_at`` is ``NULL`` until the turn's
@@ -100,6 +100,10 @@ class AgentRow(Base):
     """Consolidation state (SPEC §3.2); ``{}`` until the first run saves one."""
     applied_fence: Mapped[int] = mapped_column(sa.BigInteger(), nullable=False, default=0)
     """Fence of the newest run whose final write was applied; older fences are refused."""
+    turns: Mapped[int] = mapped_column(sa.BigInteger(), nullable=False, default=0,
+                                       server_default=sa.text("0"))
+    """Turns recorded by :meth:`~rsi_common.client.RsiClient.record_turn` (repeats included): the
+    clock of the amortised retention (docs/performance/record-path.md)."""
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = mapped_column(
         UTCDateTime(), nullable=False, default=db_now(), onupdate=db_now()

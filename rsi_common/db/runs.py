@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import instance_state
 
@@ -37,6 +38,7 @@ __all__ = [
     "finish_run",
     "get_run",
     "mark_interrupted",
+    "new_run_id",
     "retain_runs",
     "run_id_at_fence",
     "running_runs",
@@ -58,7 +60,8 @@ _FINAL_STATUSES = ("recorded", "kept", "failed", "adopted", "skipped")
 _NEWEST = (RunRow.started_at.desc(), sa.func.coalesce(RunRow.fence, 0).desc(), RunRow.id.desc())
 
 
-def _run_id() -> str:
+def new_run_id() -> str:
+    """``"run_" + 24 lowercase hex`` (random)."""
     return "run_" + secrets.token_hex(12)
 
 
@@ -107,7 +110,7 @@ def start_run(
     Raises:
         UnknownAgentError: no such agent.
     """
-    lock_agent(session, agent_id)
+    agent = lock_agent(session, agent_id)
     existing = session.execute(
         sa.select(RunRow)
         .where(_at_fence(agent_id, fence))
@@ -115,10 +118,8 @@ def start_run(
     ).scalar_one_or_none()
     if existing is not None:
         return existing
-    agent = session.get(AgentRow, agent_id)
-    assert agent is not None
     row = RunRow(
-        id=run_id or _run_id(),
+        id=run_id or new_run_id(),
         agent_id=agent_id,
         kind=kind,
         io_id=io_id,
@@ -140,7 +141,7 @@ def skip_run(
     (SPEC §3.12.4, e.g. "provider runs its own loop")."""
     agent = lock_agent(session, agent_id)
     row = RunRow(
-        id=_run_id(), agent_id=agent_id, kind=kind, io_id=io_id, status="skipped", reason=reason,
+        id=new_run_id(), agent_id=agent_id, kind=kind, io_id=io_id, status="skipped", reason=reason,
         start_version=agent.current_version, fence=None, result={"status": "skipped", "reason": reason},
     )
     row.finished_at = db_now()
@@ -353,7 +354,7 @@ def running_runs(session: Session, agent_id: str | None = None) -> list[RunRow]:
     return list(session.execute(stmt.order_by(RunRow.started_at, RunRow.id)).scalars())
 
 
-def retain_runs(session: Session, agent_id: str, keep: int) -> int:
+def retain_runs(session: Session | Connection, agent_id: str, keep: int) -> int:
     """Delete the agent's runs beyond the ``keep`` newest, with their replay rows.
 
     ``running`` rows are never deleted. The caller holds the agent lock. Returns the run count.

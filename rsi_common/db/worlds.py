@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from rsi_common.boundary import check_id
@@ -130,7 +131,7 @@ def save_world(
     return row
 
 
-def retain_worlds(session: Session, agent_id: str, keep: int) -> int:
+def retain_worlds(session: Session | Connection, agent_id: str, keep: int) -> int:
     """Delete the agent's worlds beyond the ``keep`` latest (``clock`` desc, ``seq`` desc).
 
     The caller holds the agent lock. Returns the number of deleted rows.
@@ -323,7 +324,7 @@ def save_trajectory(
     return row
 
 
-def retain_trajectories(session: Session, agent_id: str, keep: int) -> int:
+def retain_trajectories(session: Session | Connection, agent_id: str, keep: int) -> int:
     """Delete the agent's trajectories beyond the ``keep`` newest; returns the count."""
     kept = (
         sa.select(TrajectoryRow.id)

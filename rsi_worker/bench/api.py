@@ -36,7 +36,7 @@ from rsi_common import db
 from rsi_common.client import RsiClient
 from rsi_common.config import Settings
 from rsi_common.http_client import RsiHttpClient
-from rsi_worker.bench.ingest import _stats_ms, _turns
+from rsi_worker.bench.ingest import _turns, stats_ms
 from rsi_worker.bench.replay import generate_worlds
 from rsi_worker.local.servers import RedisServer, free_port
 
@@ -182,7 +182,7 @@ def _events(
             op.post(f"/v1/agents/{agent}/rollback", json={"version": versions[i % 2]}).raise_for_status()
             if got.wait(10):
                 lat.append(time.perf_counter() - t0)
-    return {"events": len(lat), **{f"event_{k}": v for k, v in _stats_ms(lat).items() if k != "n"}}
+    return {"events": len(lat), **{f"event_{k}": v for k, v in stats_ms(lat).items() if k != "n"}}
 
 
 def bench_api(
@@ -223,7 +223,7 @@ def bench_api(
             engine.dispose()
         finally:
             redis.stop()
-    lib_stats, http_stats = _stats_ms(lib_lat), _stats_ms(http_lat)
+    lib_stats, http_stats = stats_ms(lib_lat), stats_ms(http_lat)
     ratio = round(http_stats["p99_ms"] / lib_stats["p99_ms"], 2) if lib_stats["p99_ms"] else None
     report: dict[str, Any] = {
         "turns": n_turns,

@@ -8,40 +8,45 @@ task's work in-process with the very step functions the task calls — :func:`op
 The agent is a mature one: it first learned from ``rounds`` user corrections (each a real round at
 sim latency 0, so its stored state carries edit records, a scoreboard, replay and verdict caches),
 then holds a full world pool (``world_pool`` = 60 worlds, one conversation each, every fifth an
-accepted answer with ``stars`` 5). One warm-up run marks the signals seen; then each timed run is
-preceded (untimed) by a new turn without a signal and its lease (``try_begin``, as the host does),
-and timed from the task's start to the end of its final write and lease release. The work is CPU
-bound (SQL through the ORM, JSON of 60 worlds and of the state); the slowest runs are the ones a
-full garbage collection of the process's heap lands in.
+accepted answer with ``stars`` 5). One warm-up run marks the signals seen; then, alternately, two
+kinds of timed runs, each preceded (untimed) by its turn and lease (``try_begin``, as the host does)
+and timed from the task's start to the end of its final write and lease release:
+
+* **new conversation**: the turn is the first of a new conversation and carries no signal; nothing
+  is to be read;
+* **follow-up turn**: the next turn of the conversation just started, a neutral follow-up
+  (:data:`FOLLOW_UP`): the implicit-signal reader reads the pair (one model call, the sim at latency
+  0 here — a real reader adds its own latency), its ``neutral`` verdict is stored on the previous
+  world, and there is still nothing to learn.
+
+Both series use the sim at latency 0 (the task's own work is measured); each reports the reader's
+calls per run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import statistics
 import time
+from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from rsi_common.db import save_world
 from rsi_common.llm import make_client
-from rsi_worker.consolidate import open_run
+from rsi_worker.bench.ingest import StatementCounter, percentile
+from rsi_worker.consolidate import Deps, open_run
 from rsi_worker.consolidate.finalize import finalize
 from rsi_worker.jobs.scenario import CORRECTION, conversation_turn, next_history
 from rsi_worker.runtime import Runtime
 
-__all__ = ["bench_no_signal"]
+__all__ = ["bench_no_signal", "series"]
 
 AGENT = "quiet"
 TOPICS = ("laptops", "phones", "headphones", "monitors", "tablets", "cameras")
 CORRECTIONS = (CORRECTION, "Not quite, cite the source as well", "No, keep it brief",
                "Actually, use bullet points instead")
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 class _Turns:
@@ -77,29 +82,52 @@ class _Turns:
         return io
 
 
-def _one(rt: Runtime, io: str) -> tuple[float, float, str]:
-    """One run for ``io``: ``(open_run s, finalize s, status)``."""
+def _one(rt: Runtime, deps: Deps, io: str) -> tuple[float, float, str, int]:
+    """One run for ``io``: ``(open_run s, finalize s, status, signal reader calls)``."""
     lease = rt.coord.try_begin(AGENT, io)
     if lease is None:
         raise RuntimeError(f"the lease of {AGENT} is held")
     t0 = time.perf_counter()
-    nxt = open_run(rt.deps, lease)
+    nxt = open_run(deps, lease)
     t1 = time.perf_counter()
     if nxt.kind != "final" or nxt.result is None:
         raise RuntimeError(f"a no-signal run went on to {nxt.kind!r}")
-    result, rerun = finalize(rt.deps, nxt.ctx, nxt.result)
+    result, rerun = finalize(deps, nxt.ctx, nxt.result)
     t2 = time.perf_counter()
     if rerun is not None:
         raise RuntimeError("a no-signal run asked for a re-run")
-    return t1 - t0, t2 - t1, result.status
+    calls = int(((result.usage or {}).get("signal") or {}).get("calls") or 0)
+    return t1 - t0, t2 - t1, result.status, calls
+
+
+def series(samples: Sequence[tuple[float, float, str, int]]) -> dict[str, Any]:
+    """Summary of runs given as ``(open_run s, finalize s, status, reader calls)``: medians and
+    the nearest-rank p99 of the total, in milliseconds."""
+    if not samples:
+        raise ValueError("no runs")
+    opened = [a * 1000 for a, _, _, _ in samples]
+    final = [b * 1000 for _, b, _, _ in samples]
+    total = [(a + b) * 1000 for a, b, _, _ in samples]
+    statuses: dict[str, int] = {}
+    for _, _, status, _ in samples:
+        statuses[status] = statuses.get(status, 0) + 1
+    return {
+        "runs": len(total),
+        "median_ms": round(statistics.median(total), 3),
+        "p99_ms": round(percentile(total, 0.99), 3),
+        "max_ms": round(max(total), 3),
+        "open_median_ms": round(statistics.median(opened), 3),
+        "finalize_median_ms": round(statistics.median(final), 3),
+        "signal_calls_per_run": round(sum(c for _, _, _, c in samples) / len(total), 3),
+        "statuses": statuses,
+    }
 
 
 def _learn(rt: Runtime, turns: _Turns, rounds: int) -> list[str]:
     """``rounds`` corrections, each consolidated in-process at sim latency 0; their statuses."""
     from rsi_worker.consolidate import SerialExecutor, consolidate_inline
 
-    sim = rt.settings.sim.model_copy(update={"latency_ms": 0.0})
-    quick = dataclasses.replace(rt.deps, settings=rt.settings.model_copy(update={"sim": sim}))
+    quick = _quick(rt)
     statuses: list[str] = []
     for i in range(rounds):
         first = turns.add()
@@ -111,40 +139,66 @@ def _learn(rt: Runtime, turns: _Turns, rounds: int) -> list[str]:
     return statuses
 
 
+FOLLOW_UP = "And what about {topic}? use search query={topic}"
+"""A follow-up message the implicit-signal reader reads as ``neutral`` (no correction, no thanks)."""
+
+
 def bench_no_signal(rt: Runtime, runs: int = 200, *, rounds: int = 3) -> dict[str, Any]:
-    """Time ``runs`` no-signal runs of an agent that learned from ``rounds`` corrections (module docstring).
+    """Time ``runs`` no-signal runs for new conversations, then ``runs`` for follow-up turns, of an
+    agent that learned from ``rounds`` corrections (module docstring).
 
     Returns:
-        ``{runs, median_ms, p99_ms, max_ms, open_median_ms, finalize_median_ms, statuses, reasons,
-        worlds, learned, state_bytes}``.
+        ``{new: {...}, follow_up: {...}, <new's keys at the top level>, reasons, worlds, learned,
+        state_bytes}``; each series ``{runs, median_ms, p99_ms, max_ms, open_median_ms,
+        finalize_median_ms, signal_calls_per_run, statuses}``.
     """
     turns = _Turns(rt)
     learned = _learn(rt, turns, rounds)
+    deps = _quick(rt)
     pool = rt.settings.consolidation.world_pool
     for i in range(pool):
         turns.add({"stars": 5} if i % 5 == 0 else None)
-    _one(rt, turns.add())  # warm-up: marks the accepted signals seen
-    total, opened, final = [], [], []
-    statuses: dict[str, int] = {}
-    for _ in range(max(1, runs)):
-        a, b, status = _one(rt, turns.add())
-        opened.append(a * 1000)
-        final.append(b * 1000)
-        total.append((a + b) * 1000)
-        statuses[status] = statuses.get(status, 0) + 1
+    _one(rt, deps, turns.add())  # warm-up: marks the accepted signals seen
+    new: list[tuple[float, float, str, int]] = []
+    follow_up: list[tuple[float, float, str, int]] = []
+    counter = StatementCounter(rt.engine)
+    statements: dict[str, Counter[str]] = {"new": Counter(), "follow_up": Counter()}
+    try:
+        for i in range(max(1, runs)):  # alternate, so the follow-up's first turn is in the pool
+            io = turns.add()
+            counter.reset()
+            new.append(_one(rt, deps, io))
+            statements["new"].update(counter.kinds)
+            nxt = turns.add(follow_up=(io, FOLLOW_UP.format(topic=TOPICS[i % len(TOPICS)])))
+            counter.reset()
+            follow_up.append(_one(rt, deps, nxt))
+            statements["follow_up"].update(counter.kinds)
+    finally:
+        counter.close()
+    n = len(new)
     return {
-        "runs": len(total),
-        "median_ms": round(statistics.median(total), 3),
-        "p99_ms": round(_pct(total, 0.99), 3),
-        "max_ms": round(max(total), 3),
-        "open_median_ms": round(statistics.median(opened), 3),
-        "finalize_median_ms": round(statistics.median(final), 3),
-        "statuses": statuses,
-        "reasons": _reasons(rt, len(total)),
+        "new": {**series(new), **_per_run(statements["new"], n)},
+        "follow_up": {**series(follow_up), **_per_run(statements["follow_up"], n)},
+        **{k: series(new)[k] for k in ("runs", "median_ms", "p99_ms", "max_ms", "open_median_ms",
+                                       "finalize_median_ms", "statuses")},
+        "reasons": _reasons(rt, 2 * n),
         "worlds": pool,
         "learned": learned,
         "state_bytes": _state_bytes(rt),
     }
+
+
+def _per_run(kinds: Counter[str], n: int) -> dict[str, Any]:
+    """SQL statements per run, in total and by kind (``INSERT rsi_runs`` …)."""
+    return {"sql_statements_per_run": round(sum(kinds.values()) / n, 2),
+            "sql_statements": {k: round(v / n, 2) for k, v in sorted(kinds.items())}}
+
+
+def _quick(rt: Runtime) -> Deps:
+    """``rt.deps`` with the sim model at latency 0: the task's own work is measured (a real reader
+    call adds its latency to a follow-up's run)."""
+    sim = rt.settings.sim.model_copy(update={"latency_ms": 0.0})
+    return dataclasses.replace(rt.deps, settings=rt.settings.model_copy(update={"sim": sim}))
 
 
 def _reasons(rt: Runtime, n: int) -> dict[str, int]:

@@ -29,7 +29,7 @@ from celery import Celery, signals
 
 from rsi_common.config import Settings
 from rsi_common.coord import DELIVERY_TTL_S
-from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUES, TASK_QUEUES, TASK_SWEEP, celery_queue
+from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUE_JUDGE, QUEUES, TASK_QUEUES, TASK_SWEEP, celery_queue
 from rsi_common.errors import SettingsError
 from rsi_worker.cluster.events import BriefAMQP, BriefTask, QueueEvents, connect_queue_events
 from rsi_worker.cluster.tasks import register
@@ -38,9 +38,13 @@ from rsi_worker.observability.logs import connect_task_context
 
 __all__ = ["TASK_ROUTES", "app_from_env", "broker_urls", "create_app"]
 
-TASK_ROUTES: dict[str, dict[str, str]] = {name: {"queue": queue} for name, queue in TASK_QUEUES.items()}
-"""Task name → queue (``rsi_common.dispatch.TASK_QUEUES``). ``replay`` carries the fan-out; ``judge``
-the chord bodies."""
+TASK_ROUTES: dict[str, dict[str, str]] = {
+    **{name: {"queue": queue} for name, queue in TASK_QUEUES.items()},
+    "celery.accumulate": {"queue": QUEUE_JUDGE},
+}
+"""Task name → queue (``rsi_common.dispatch.TASK_QUEUES``), and Celery's own ``celery.accumulate``,
+which joins a replaced chord member's group (a passed draft's trials) into the chord, on ``judge``.
+``replay`` carries the fan-out; ``judge`` the chord bodies."""
 
 
 def broker_urls(settings: Settings) -> tuple[str, str]:

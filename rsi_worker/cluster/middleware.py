@@ -40,6 +40,7 @@ __all__ = [
     "LogContext",
     "Middleware",
     "Policy",
+    "Replace",
     "Settle",
     "TaskCall",
     "default_chain",
@@ -51,6 +52,15 @@ log = logging.getLogger(__name__)
 
 REDELIVERED_TOO_OFTEN = "task redelivered too often"
 """The message of the error a capped run step settles its run with."""
+
+
+@dataclass(frozen=True)
+class Replace:
+    """A body's answer asking to be replaced by ``signature`` (Celery's ``Task.replace``, done by
+    :func:`task` after the chain has run): a chord member so replaced stays a member of its chord,
+    so the chord body waits for the replacement's tasks too."""
+
+    signature: Any
 
 
 @dataclass(frozen=True)
@@ -202,7 +212,10 @@ def task(app: Celery, chain: Sequence[Middleware], name: str, policy: Policy
         def run(self: Any, *args: Any, **kwargs: Any) -> Any:
             arguments = dict(signature.bind(*args, **kwargs).arguments)
             call = TaskCall(name, str(self.request.id or ""), arguments)
-            return run_chain(chain, call, policy, lambda: body(*args, **kwargs))
+            out = run_chain(chain, call, policy, lambda: body(*args, **kwargs))
+            if isinstance(out, Replace):
+                return self.replace(out.signature)  # raises Celery's Ignore: this task is done
+            return out
 
         run.__name__, run.__qualname__, run.__doc__ = body.__name__, body.__qualname__, body.__doc__
         run.__module__ = body.__module__

@@ -4,15 +4,18 @@
 The run's shape on the cluster (docs/architecture.md#the-runs-state-machine)::
 
     consolidate ─► chord(replay_trial × incumbent slots) ─► after_incumbent
-                ─► chord(draft_candidate × m) ─► launch_candidates
-                ─► chord(replay_trial × candidates × worlds × k) ─► judge_round ─► (re-run)
+                ─► chord(draft_candidate × m) ─► judge_round ─► (re-run)
+                         └─ a passed draft: Task.replace(group(replay_trial × its worlds × k))
 
-Rules: chords are built explicitly in :func:`_dispatch`, one per edge of ``flow.TRANSITIONS``
-(no canvas operators that rewrite workflows); no task waits on another task's result; chord
-members (``replay_trial``, ``draft_candidate``) never raise and never use ``Ignore`` — failures come
-back as structured results. Every task is registered through the one wrapper
-(:mod:`rsi_worker.cluster.middleware`: log context, delivery count and cap, settle); its
-:class:`~rsi_worker.cluster.middleware.Policy` says what it answers when capped or failed. Every
+Rules: chords are built explicitly in :func:`_dispatch`, one per edge of ``flow.TRANSITIONS``; the
+one rewrite is a passed ``draft_candidate`` replacing itself with the group of its candidate's
+trials (``flow.FOLLOWS``; Celery keeps the replacement a member of the same chord, so
+``judge_round`` runs once, after every trial of every candidate); no task waits on another task's
+result; chord members (``replay_trial``, ``draft_candidate``) never raise — failures come back as
+structured results, and the replacement's ``Ignore`` is the only one raised. Every task is
+registered through the one wrapper (:mod:`rsi_worker.cluster.middleware`: log context, delivery
+count and cap, settle); its :class:`~rsi_worker.cluster.middleware.Policy` says what it answers
+when capped or failed. Every
 task may run more than once (at-least-once delivery); each docstring names what makes a second
 execution harmless.
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from celery import Celery, chord
+from celery import Celery, chord, group
 
 from rsi_common.coord import Lease
 from rsi_common.dispatch import (
@@ -30,7 +33,6 @@ from rsi_common.dispatch import (
     TASK_CONSOLIDATE,
     TASK_DRAFT_CANDIDATE,
     TASK_JUDGE_ROUND,
-    TASK_LAUNCH_CANDIDATES,
     TASK_QUEUES,
     TASK_REPLAY_TRIAL,
     TASK_SWEEP,
@@ -40,6 +42,7 @@ from rsi_worker.cluster.middleware import (
     REDELIVERED_TOO_OFTEN,
     Middleware,
     Policy,
+    Replace,
     TaskCall,
     default_chain,
     task,
@@ -56,7 +59,6 @@ __all__ = ["MEMBER_TASKS", "STEP_TASKS", "CeleryDispatcher", "register"]
 STEP_TASKS: Mapping[Step, str] = {
     "open": TASK_CONSOLIDATE,
     "after_incumbent": TASK_AFTER_INCUMBENT,
-    "launch_candidates": TASK_LAUNCH_CANDIDATES,
     "judge_round": TASK_JUDGE_ROUND,
 }
 """The task of each step of ``flow.STEPS`` (the chord bodies, and ``consolidate`` for ``open``)."""
@@ -175,17 +177,20 @@ def register(app: Celery, ctx: WorkerContext, chain: list[Middleware] | None = N
         failed=lambda call, exc: {"variant": call.arguments.get("variant"), "status": "error",
                                   "error": error_record(exc)},
     ))
-    def draft_candidate(run_id: str, variant: str) -> dict[str, Any]:
-        """Draft one variant (chord member; never raises). Idempotency key: ``(run_id, variant)``."""
+    def draft_candidate(run_id: str, variant: str) -> Any:
+        """Draft one variant and, when it passed the precheck and critic, launch its trials at once
+        (chord member; never raises): the task replaces itself with the group of its candidate's
+        ``replay_trial`` tasks, which stays a member of the draft chord, so ``judge_round`` waits for
+        them. Idempotency key: ``(run_id, variant)`` — a redelivery finds the draft and its slots
+        stored; its trials are keyed slots."""
         out = flow.run_draft(ctx.runtime().deps, run_id, variant)
+        slots = flow.follow_on("drafts", out)
+        if slots:
+            trial = MEMBER_TASKS["trials"]
+            return Replace(group(app.signature(trial, args=(run_id, s.to_json()), queue=TASK_QUEUES[trial])
+                                 for s in slots))
         return {"variant": variant, "gate": out.get("gate"),
                 **({"status": out["status"]} if "status" in out else {})}
-
-    @task(app, chain, TASK_LAUNCH_CANDIDATES, run_step)
-    def launch_candidates(_results: Any, run_id: str) -> str:
-        """Step 13 (chord body). Idempotent: bound hashes are created once; replays are keyed slots."""
-        deps = ctx.runtime().deps
-        return _dispatch(app, deps, flow.run_step(deps, "launch_candidates", run_id))
 
     @task(app, chain, TASK_JUDGE_ROUND, run_step)
     def judge_round(_results: Any, run_id: str) -> str:

@@ -34,17 +34,20 @@ def bench_replay_cmd(
 
 @bench.command("ingest")
 def bench_ingest_cmd(
-    turns: int = typer.Option(10_000, "--turns", min=1, help="Timed record_turn calls."),
+    turns: int = typer.Option(10_000, "--turns", min=1, help="Timed record_turn calls per thread count."),
     agents: int = typer.Option(100, "--agents", min=1, help="Agents the turns are spread over."),
     backend: str = typer.Option("both", "--backend", help="sqlite, postgres or both."),
-    threads: int = typer.Option(1, "--threads", min=1, help="Concurrent callers sharing one client."),
+    threads: str = typer.Option(
+        "1,8", "--threads",
+        help="Concurrent callers sharing one client; several counts (1,8) run one after the other on "
+             "the same servers and the report gives each one's throughput over the first's."),
     as_json: bool = typer.Option(False, "--json", help="Print the reports as JSON."),
 ) -> None:
-    """record_turn throughput and p50/p99 latency: real SQL, Redis and Celery-message publish
-    (private redis-server and PostgreSQL are started and removed)."""
+    """record_turn throughput, p50/p99 latency, SQL statements per call and thread scaling: real SQL,
+    Redis and Celery-message publish (private redis-server and PostgreSQL are started and removed)."""
     import json
 
-    from rsi_worker.bench.ingest import Backend, bench_ingest_backends
+    from rsi_worker.bench.ingest import Backend, bench_ingest_backends, parse_threads
 
     choices: dict[str, list[Backend]] = {
         "sqlite": ["sqlite"],
@@ -53,7 +56,11 @@ def bench_ingest_cmd(
     }
     if backend not in choices:
         raise typer.BadParameter("must be sqlite, postgres or both", param_hint="--backend")
-    reports = bench_ingest_backends(choices[backend], turns, agents, threads=threads)
+    try:
+        counts = parse_threads(threads)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--threads") from None
+    reports = bench_ingest_backends(choices[backend], turns, agents, threads=counts)
     if as_json:
         typer.echo(json.dumps(reports, indent=2))
         return
@@ -62,8 +69,9 @@ def bench_ingest_cmd(
 
     table = Table(title=f"rsi bench ingest (turns={turns}, agents={agents}, threads={threads})")
     table.add_column("metric")
-    for report in reports:
-        table.add_column(str(report["backend"]), justify="right")
+    columns = [(report, run) for report in reports for run in report["runs"]]
+    for report, run in columns:
+        table.add_column(f"{report['backend']} ×{run['threads']}", justify="right")
     for key in (
         "turns_per_s",
         "p50_ms",
@@ -71,15 +79,22 @@ def bench_ingest_cmd(
         "max_ms",
         "mean_ms",
         "seconds",
+        "sql_statements_per_call",
+        "client_cpu_ms_per_call",
+        "client_cpu_share",
         "outcomes",
         "broker_messages",
-        "world_bytes_mean",
     ):
-        table.add_row(key, *(str(r.get(key)) for r in reports))
-    for outcome in sorted({o for r in reports for o in r["by_outcome"]}):
+        table.add_row(key, *(str(run.get(key)) for _, run in columns))
+    table.add_row("throughput / first count", *(str(report["scaling"].get(str(run["threads"])))
+                                                for report, run in columns))
+    for outcome in sorted({o for _, run in columns for o in run["by_outcome"]}):
         for stat in ("p50_ms", "p99_ms"):
-            cells = (str(r["by_outcome"].get(outcome, {}).get(stat)) for r in reports)
+            cells = (str(run["by_outcome"].get(outcome, {}).get(stat)) for _, run in columns)
             table.add_row(f"{outcome} {stat}", *cells)
+    for kind in sorted({k for _, run in columns for k in run["sql_statements"]}):
+        table.add_row(f"sql {kind}", *(str(run["sql_statements"].get(kind, 0)) for _, run in columns))
+    table.add_row("world_bytes_mean", *(str(report["world_bytes_mean"]) for report, _ in columns))
     Console().print(table)
 
 
@@ -88,18 +103,22 @@ def bench_consolidate_cmd(
     latency_ms: float = typer.Option(200.0, "--latency-ms", min=0.0, help="Sim model latency per call."),
     workers: int = typer.Option(2, "--workers", min=1, help="Worker processes of the private cluster."),
     concurrency: int = typer.Option(8, "--concurrency", min=1, help="Threads per worker."),
-    inline_threads: int = typer.Option(8, "--inline-threads", min=1, help="Pool of the single-process run."),
+    inline_threads: int = typer.Option(0, "--inline-threads", min=0,
+                                       help="Pool of the single-process run (0: workers × concurrency, "
+                                            "the cluster's total threads)."),
     no_signal_runs: int = typer.Option(200, "--no-signal-runs", min=1, help="Timed no-signal runs."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """One consolidation on a private cluster (2 workers × 8 threads, W=8, k=2, m=2) against its
-    critical path; the single-process run; early stop on a hopeless candidate; no-signal task time."""
+    critical path and capacity bound; the single-process run with as many threads; early stop of a
+    hopeless candidate on two world mixes with its ceiling; no-signal task time, new conversation and
+    follow-up turn (docs/performance/consolidation.md)."""
     import json
 
     from rsi_worker.bench.consolidate import ConsolidateBench, bench_consolidate
 
     cfg = ConsolidateBench(latency_ms=latency_ms, workers=workers, concurrency=concurrency,
-                           inline_threads=inline_threads, no_signal_runs=no_signal_runs)
+                           inline_threads=inline_threads or None, no_signal_runs=no_signal_runs)
     report = bench_consolidate(cfg)
     if as_json:
         typer.echo(json.dumps(report, indent=2, default=str))
@@ -107,6 +126,37 @@ def bench_consolidate_cmd(
     from rich.console import Console
 
     from rsi_worker.bench.consolidate import report_table
+
+    Console().print(report_table(report))
+
+
+@bench.command("scale")
+def bench_scale_cmd(
+    workers: str = typer.Option("1,2,4", "--workers", help="Worker-process counts, one cluster each."),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, help="Threads per worker (fixed)."),
+    agents: int = typer.Option(16, "--agents", min=1, help="Agents consolidating at once."),
+    latency_ms: float = typer.Option(200.0, "--latency-ms", min=0.0, help="Sim model latency per call."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Cluster throughput at 1, 2, 4 worker processes with fixed threads per process, many agents
+    consolidating at once: runs/s, speed-up, efficiency, peak RSS per worker
+    (docs/performance/consolidation.md)."""
+    import json
+
+    from rsi_worker.bench.scale import ScaleBench, bench_scale, report_table
+
+    try:
+        counts = tuple(int(x) for x in workers.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter("give worker counts like 1,2,4", param_hint="--workers") from None
+    if not counts or any(n < 1 for n in counts):
+        raise typer.BadParameter("give worker counts like 1,2,4", param_hint="--workers")
+    report = bench_scale(ScaleBench(latency_ms=latency_ms, concurrency=concurrency,
+                                    workers=tuple(dict.fromkeys(counts)), agents=agents))
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, default=str))
+        return
+    from rich.console import Console
 
     Console().print(report_table(report))
 

@@ -4,8 +4,8 @@ Each step loads its inputs from SQL, computes, and stores what the next step nee
 state machine (:mod:`~rsi_worker.consolidate.flow`) declares the steps and what follows each, and
 applies the lease and spend checks around them; the Celery tasks (``rsi_worker.cluster.tasks``) and
 the in-process driver (:func:`consolidate_inline`) both drive it: :func:`open_run` → trials
-(incumbent) → ``after_incumbent`` → drafts → ``launch_candidates`` → trials (candidates) →
-``judge_round`` → :func:`finalize`.
+(incumbent) → ``after_incumbent`` → drafts, each launching its candidate's trials as soon as it
+passed (``draft_and_launch``) → ``judge_round`` → :func:`finalize`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Drafting the round's candidates (SPEC §3.3 step 12) and launching their replays (step 13).
+"""Drafting the round's candidates (SPEC §3.3 step 12) and launching each one's replays (step 13)
+as soon as its draft passed (docs/architecture.md#one-consolidation-on-the-cluster).
 
 Idempotency: a draft is stored under its variant label in ``rsi_runs.drafts`` with a locked
 read-merge-write; a redelivered draft task finds its label stored and returns that draft without
@@ -7,7 +8,7 @@ calling the proposer again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from rsi_common.db import get_agent, get_run, lock_agent, replay_rows, set_run_drafts, set_run_params
@@ -15,12 +16,11 @@ from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, loa
 from rsi_worker.consolidate.draft import Draft, DraftContext, draft_candidate
 from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, bound_total, plan_candidate
 from rsi_worker.consolidate.incumbent import views_of
-from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.spend import charge, over_cap, usage_tokens
 from rsi_worker.consolidate.state import ConsolidationState
 from rsi_worker.consolidate.trials import row_json
 
-__all__ = ["draft_step", "interleave", "launch_candidates", "store_draft"]
+__all__ = ["draft_and_launch", "draft_step", "launch_candidate", "store_draft"]
 
 
 def _draft_context(deps: Deps, ctx: RoundContext) -> DraftContext:
@@ -88,42 +88,43 @@ def draft_step(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], variant
     return stored
 
 
-def interleave(per_candidate: Sequence[Sequence[TrialSlot]]) -> list[TrialSlot]:
-    """The candidates' slots in dispatch order: round-robin over the candidates (A₁ B₁ A₂ B₂ …).
+def launch_candidate(deps: Deps, ctx: RoundContext, variant: str) -> list[TrialSlot]:
+    """Step 13 for one drafted variant that passed the precheck and critic, as soon as its draft is
+    stored: its early-stop bound hash in Redis and its replay slots (ordered by
+    :func:`plan_candidate`). No slots when the spend cap is reached (the judge then ends the run as
+    ``skipped``) or the run closed meanwhile.
 
-    Only the order in which trials are enqueued changes (decisions are assembled from stored rows
-    per candidate). Candidate by candidate, a cluster with at least k·|W| free threads starts every
-    trial of a candidate at once, so the exact-bound early stop (SPEC §2.10) can never cancel a
-    queued trial of a hopeless candidate; round-robin puts a share of every candidate in each wave
-    of trials, and the failures of the first wave cancel the hopeless candidate's later slots.
+    Idempotent: the bound hash is created once (``init_bounds``); the slots are stored under the
+    variant in ``rsi_runs.params.slots`` with a locked read-merge-write (the candidates launch
+    concurrently), and the trials they name are keyed rows.
     """
-    out: list[TrialSlot] = []
-    for i in range(max((len(s) for s in per_candidate), default=0)):
-        out.extend(s[i] for s in per_candidate if i < len(s))
-    return out
-
-
-def launch_candidates(deps: Deps, ctx: RoundContext) -> Next:
-    """Step 13: bound hashes and replay slots for every live draft; ``judge`` when none is live."""
-    run_id = ctx.run_id
+    if over_cap(deps, ctx.agent_id) is not None:
+        return []
+    run_id, p, rnd = ctx.run_id, deps.params, ctx.round.set_up()
+    if ctx.early_stop:
+        deps.coord.init_bounds(run_id, variant, bound_total(ctx.worlds, ctx.checks, p.k),
+                               rnd.S_star, rnd.delta, rnd.S_t)
+    slots = plan_candidate(variant, ctx.worlds, p.k, checks=ctx.checks, failing=rnd.failing, fresh=ctx.fresh)
     with deps.sessions() as session:
-        drafts = dict(get_run(session, run_id).drafts or {})
-        session.commit()  # end the read transaction (keeps loaded rows usable)
-    p = deps.params
-    live = [v for v in sorted(drafts) if drafts[v].get("gate") is None and drafts[v].get("payload")]
-    rnd = ctx.round.set_up() if live else None
-    per_candidate: list[list[TrialSlot]] = []
-    for v in live:
-        if ctx.early_stop and rnd is not None:
-            deps.coord.init_bounds(
-                run_id, v, bound_total(ctx.worlds, ctx.checks, p.k), rnd.S_star, rnd.delta, rnd.S_t
-            )
-        mine = plan_candidate(v, ctx.worlds, p.k)
-        ctx.slots[v] = [s.to_json() for s in mine]
-        per_candidate.append(mine)
-    slots = interleave(per_candidate)
-    ctx.phase = "candidates"
-    with deps.sessions() as session:
-        set_run_params(session, run_id, ctx.to_json())
+        lock_agent(session, ctx.agent_id)
+        stored = RoundContext.from_json(get_run(session, run_id, for_update=True).params or {})
+        stored.slots[variant] = [s.to_json() for s in slots]
+        stored.phase = "candidates"
+        open_ = set_run_params(session, run_id, stored.to_json())
         session.commit()
-    return Next("trials" if slots else "judge", ctx, slots=slots)
+    return slots if open_ else []
+
+
+def draft_and_launch(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], variant: str
+                     ) -> dict[str, Any]:
+    """Steps 12–13 for one variant: the ``drafts`` member of the state machine (``flow.run_draft``).
+
+    Returns the variant's stored draft (drafted now, or the stored one) and, when it passed the
+    precheck and critic, ``"slots"``: its trial slots (JSON), the member's follow-on trials — the
+    cluster's ``draft_candidate`` task replaces itself with them, the inline driver submits them to
+    its pool. A redelivery finds its draft and slots stored and launches the same keyed trials.
+    """
+    draft = draft_step(deps, ctx, drafts, variant)
+    if draft.get("gate") is not None or not draft.get("payload"):
+        return draft
+    return {**draft, "slots": [s.to_json() for s in launch_candidate(deps, ctx, variant)]}

@@ -14,7 +14,7 @@ The same rows are stored in ``rsi_replays`` by the distributed run and held in m
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -129,9 +129,23 @@ def plan_incumbent(
     return slots
 
 
-def plan_candidate(variant: str, world_ids: Sequence[str], k: int) -> list[TrialSlot]:
-    """Every slot of a candidate is a fresh replay."""
-    return [TrialSlot(variant, w, j, "replay") for w in world_ids for j in range(k)]
+def plan_candidate(variant: str, world_ids: Sequence[str], k: int, *,
+                   checks: Mapping[str, Sequence[Any]] | None = None,
+                   failing: Collection[str] = (), fresh: Collection[str] = ()) -> list[TrialSlot]:
+    """Every slot of a candidate is a fresh replay, in the order that decides the early-stop bound
+    soonest (docs/performance/consolidation.md#trial-order): the worlds the incumbent fails first,
+    then the fresh ones, then the rest; within each group the heaviest (most checks) first; a
+    world's k trials together. Without ``checks`` the order of ``world_ids`` is kept. The order
+    changes when trials run, never what is decided (assembled from stored rows per slot)."""
+    rank = {w: i for i, w in enumerate(world_ids)}
+    fail, new = set(failing), set(fresh)
+
+    def key(w: str) -> tuple[int, int, int]:
+        group = 0 if w in fail else 1 if w in new else 2
+        weight = len(checks.get(w) or ()) if checks is not None else 0
+        return (group if checks is not None else 0, -weight, rank[w])
+
+    return [TrialSlot(variant, w, j, "replay") for w in sorted(world_ids, key=key) for j in range(k)]
 
 
 JudgeFn = Callable[[str, str, str, "str | None"], "tuple[bool, str]"]

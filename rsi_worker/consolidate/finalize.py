@@ -60,9 +60,13 @@ def build_state(
     start: ConsolidationState,
     rows: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any] | None:
-    """The state to save for ``result`` (``None`` = leave the stored one: ``failed``/``skipped``)."""
+    """The state to save for ``result`` (``None`` = leave the stored one: ``failed``/``skipped``, and a
+    run without a round whose ``seen`` digests are unchanged — the usual no-signal run, which then
+    writes its run row only: docs/performance/consolidation.md#the-no-signal-path)."""
     if result.status not in SAVES_STATE:
         return None
+    if not ctx.round and not ctx.analysis and not rows:
+        return start.to_json() if start.set_seen(ctx.digests, ctx.loaded) else None
     p = deps.params
     state = start  # freshly loaded by the caller and not shared: no defensive copy
     for r in rows:  # verdict cache entries travel in the trial rows (SPEC §3.6.2)
@@ -126,7 +130,8 @@ def finalize(
         result.skipped_worlds = dict(ctx.skipped_worlds)
     with deps.sessions() as session:
         start = ConsolidationState.from_json(get_agent(session, ctx.agent_id).state)
-        rows = [row_json(r) for r in replay_rows(session, ctx.run_id)]
+        # a run that ended while opening has no trial rows (the no-signal path saves the read)
+        rows = [] if ctx.phase == "open" else [row_json(r) for r in replay_rows(session, ctx.run_id)]
         run = get_run(session, ctx.run_id)
         drafts = dict(run.drafts or {})
         now = session.execute(sa.select(db_now())).scalar_one()

@@ -1,15 +1,16 @@
 """The consolidation run as one state machine: its states, its transitions, the checks around every
 step, and its one failure path (docs/architecture.md#the-runs-state-machine).
 
-A run moves through guarded **steps** (``open`` → ``after_incumbent`` → ``launch_candidates`` →
-``judge_round``) and, between two steps, a **fan-out** of independent members (``trials``:
-one replay per slot; ``drafts``: one proposal per variant). A step returns a :class:`Next`; what
-follows it is looked up in :data:`TRANSITIONS` by ``(Next.kind, phase)`` — the one table both
-drivers read (the Celery tasks build one chord per edge, the inline driver maps the members on a
-:class:`~rsi_worker.consolidate.inline.TrialExecutor` and calls the next step)::
+A run moves through guarded **steps** (``open`` → ``after_incumbent`` → ``judge_round``) and,
+between two steps, a **fan-out** of independent members (``trials``: one replay per slot;
+``drafts``: one proposal per variant, which launches its own candidate's trials as soon as it
+passed — its **follow-on** members, run in the same fan-out before the next step). A step returns
+a :class:`Next`; what follows it is looked up in :data:`TRANSITIONS` by ``(Next.kind, phase)`` —
+the one table both drivers read (the Celery tasks build one chord per edge, the inline driver maps
+the members on a :class:`~rsi_worker.consolidate.inline.TrialExecutor` and calls the next step)::
 
-    open ──trials──► after_incumbent ──drafts──► launch_candidates ──trials──► judge_round ─► final
-      │                    │                           └──────────judge──────────┘
+    open ──trials──► after_incumbent ──drafts (each ─► its trials)──► judge_round ─► final
+      │                    │
       └──► final / stop    └──► final / stop
 
 The machine, not the step, applies around every step: the run must still be ``running`` (and, for
@@ -36,7 +37,7 @@ from rsi_common.db import get_run
 from rsi_common.errors import CoordinationError, LeaseLost
 from rsi_common.stored import error_record
 from rsi_worker.consolidate.context import Deps, RoundContext
-from rsi_worker.consolidate.drafting import draft_step, launch_candidates
+from rsi_worker.consolidate.drafting import draft_and_launch
 from rsi_worker.consolidate.evaluate import TrialSlot
 from rsi_worker.consolidate.finalize import Settled, finalize, settle, settle_lease
 from rsi_worker.consolidate.incumbent import after_incumbent
@@ -49,6 +50,7 @@ from rsi_worker.consolidate.trials import run_trial as trial_body
 
 __all__ = [
     "ACCEPTS",
+    "FOLLOWS",
     "MEMBERS",
     "STEPS",
     "TRANSITIONS",
@@ -58,6 +60,7 @@ __all__ = [
     "close",
     "edge",
     "fail_run",
+    "follow_on",
     "items",
     "open_run",
     "renew_or_stop",
@@ -70,7 +73,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Step = Literal["open", "after_incumbent", "launch_candidates", "judge_round"]
+Step = Literal["open", "after_incumbent", "judge_round"]
 """The guarded steps; each but ``open`` is a chord body on the cluster."""
 Member = Literal["trials", "drafts"]
 """The fan-outs: independent members run between two steps (chord headers on the cluster)."""
@@ -81,7 +84,8 @@ MemberBody = Callable[[Deps, RoundContext, Mapping[str, Any], Any], dict[str, An
 
 @dataclass(frozen=True)
 class Edge:
-    """A transition: run ``members`` (one per item of the outcome; ``None``: no fan-out), then ``then``."""
+    """A transition: run ``members`` (one per item of the outcome; ``None``: no fan-out) and the
+    follow-on members each of them returns (:data:`FOLLOWS`), then ``then``."""
 
     members: Member | None
     then: Step
@@ -89,9 +93,7 @@ class Edge:
 
 TRANSITIONS: Mapping[tuple[str, str], Edge] = {
     ("trials", "incumbent"): Edge("trials", "after_incumbent"),
-    ("drafts", "drafting"): Edge("drafts", "launch_candidates"),
-    ("trials", "candidates"): Edge("trials", "judge_round"),
-    ("judge", "candidates"): Edge(None, "judge_round"),
+    ("drafts", "drafting"): Edge("drafts", "judge_round"),
 }
 """``(Next.kind, RoundContext.phase)`` → what follows. ``final`` and ``stop`` end the run's steps
 (``final`` is written by :func:`close`); any other pair is a bug and raises."""
@@ -99,7 +101,6 @@ TRANSITIONS: Mapping[tuple[str, str], Edge] = {
 STEPS: dict[Step, StepBody] = {
     "open": open_step,
     "after_incumbent": after_incumbent,
-    "launch_candidates": launch_candidates,
     "judge_round": judge_round,
 }
 """Step → its body, called with the run's context after the machine's checks (a dict, so a test
@@ -109,8 +110,12 @@ ACCEPTS: Mapping[Step, tuple[str, ...]] = {"after_incumbent": ("incumbent", "dra
 """The phases a step accepts; a step found in another phase stops (a stale redelivery). Absent:
 every phase."""
 
-MEMBERS: dict[Member, MemberBody] = {"trials": trial_body, "drafts": draft_step}
+MEMBERS: dict[Member, MemberBody] = {"trials": trial_body, "drafts": draft_and_launch}
 """Member kind → its body ``(deps, ctx, stored drafts, item)``, called after the machine's checks."""
+
+FOLLOWS: Mapping[Member, Member] = {"drafts": "trials"}
+"""Member kind → the kind of the follow-on members its results name (:func:`follow_on`): a passed
+draft launches its candidate's trials at once, inside the same fan-out, before the next step."""
 
 
 def renew_or_stop(deps: Deps, ctx: RoundContext) -> None:
@@ -199,6 +204,14 @@ def edge(nxt: Next) -> Edge | None:
 def items(nxt: Next, members: Member) -> list[Any]:
     """The fan-out's items: the trial slots or the variant labels of ``nxt``."""
     return list(nxt.slots) if members == "trials" else list(nxt.variants)
+
+
+def follow_on(members: Member, result: Mapping[str, Any]) -> list[Any]:
+    """The follow-on items (of kind ``FOLLOWS[members]``) a member's ``result`` asks for: the trial
+    slots of a passed draft; ``[]`` for a member kind without follow-ons."""
+    if FOLLOWS.get(members) != "trials":
+        return []
+    return [TrialSlot.from_json(s) for s in result.get("slots") or ()]
 
 
 def _brief(members: Member, item: Any) -> dict[str, Any]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol, TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
+from typing import Any, Protocol, TypeVar
 
 from rsi_common.coord import Lease
 from rsi_worker.consolidate import flow
@@ -52,14 +52,42 @@ class ThreadExecutor:
             return list(pool.map(fn, items))
 
 
+def _fan_out(deps: Deps, edge: flow.Edge, run_id: str, items: Sequence[Any], executor: TrialExecutor) -> None:
+    """Run an edge's members and, as soon as each returns, its follow-on members (a passed draft's
+    trials) on the same pool: the shape of the cluster's draft chord (docs/architecture.md)."""
+    members = edge.members
+    assert members is not None
+    follow = flow.FOLLOWS.get(members)
+
+    def member(item: Any) -> dict[str, Any]:
+        return flow.run_member(deps, members, run_id, item)
+
+    def follower(item: Any) -> dict[str, Any]:
+        assert follow is not None
+        return flow.run_member(deps, follow, run_id, item)
+
+    if follow is None:
+        executor.map(member, items)
+        return
+    if not isinstance(executor, ThreadExecutor) or executor.parallel == 1:
+        for item in items:
+            executor.map(follower, flow.follow_on(members, member(item)))
+        return
+    with ThreadPoolExecutor(max_workers=executor.parallel) as pool:
+        firsts = [pool.submit(member, item) for item in items]
+        followers: list[Future[dict[str, Any]]] = []
+        for done in as_completed(firsts):
+            followers += [pool.submit(follower, x) for x in flow.follow_on(members, done.result())]
+        wait(followers)
+
+
 def _advance(deps: Deps, nxt: Next, executor: TrialExecutor) -> Next:
     """Follow one edge of the run's state machine (``flow.TRANSITIONS``): its members, then its step."""
     found = flow.edge(nxt)
     assert found is not None
     run_id = nxt.ctx.run_id
     if found.members is not None:
-        members = found.members
-        executor.map(lambda item: flow.run_member(deps, members, run_id, item), flow.items(nxt, members))
+        _fan_out(deps, found, run_id, flow.items(nxt, found.members), executor)
     return flow.run_step(deps, found.then, run_id)
 
 

@@ -142,13 +142,10 @@ def _open_row(
     return ctx, running
 
 
-def _survey(
-    ctx: RoundContext, state: ConsolidationState, pool: WorldPool
-) -> tuple[list[PoolWorld], set[str], dict[str, list[dict[str, Any]]]]:
-    """The usable worlds, the fresh ones and every replayable world's checks (steps 4–5); records
-    read here that turn out bad drop their world (:class:`WorldPool`)."""
-    checks = {w.id: checks_for(w.signals, answer=w.answer if needs_answer(w.signals) else "")
-              for w in pool.usable() if w.replayable}
+def _survey(ctx: RoundContext, state: ConsolidationState,
+            pool: WorldPool) -> tuple[list[PoolWorld], set[str]]:
+    """The usable worlds and the fresh ones (steps 4–5), from the rows' signals alone (no record is
+    read here)."""
     worlds = pool.usable()
     ctx.skipped_worlds = dict(pool.skipped)
     ctx.loaded = [w.id for w in worlds]
@@ -157,7 +154,31 @@ def _survey(
         fresh = {w.id for w in worlds}
     else:
         fresh = {w.id for w in worlds if ctx.digests[w.id] != state.seen.get(w.id, EMPTY_DIGEST)}
-    return worlds, fresh, {w.id: checks[w.id] for w in worlds if w.id in checks}
+    return worlds, fresh
+
+
+def _checks(w: PoolWorld) -> list[dict[str, Any]]:
+    """A replayable world's checks (step 5); the record is read only when they quote its answer."""
+    return checks_for(w.signals, answer=w.answer if needs_answer(w.signals) else "")
+
+
+def _nothing_to_learn(ctx: RoundContext, worlds: Sequence[PoolWorld], fresh: set[str],
+                      t0: float) -> Next | None:
+    """The ``recorded`` result when no fresh world asks for a fix, else None — decided from the
+    signals in memory (docs/performance/consolidation.md#the-no-signal-path). A round needs a fresh
+    scored world with a negative signal, and :func:`negative` reads signals only; the reason is the
+    one the full survey gives, with records read only for the few worlds whose checks quote their
+    answer, and only until the first scored one is found."""
+    if any(w.replayable and w.id in fresh and negative(w.signals) for w in worlds):
+        return None
+    # fresh worlds first: a fresh scored world also answers "is any world scored?"
+    ordered = sorted((w for w in worlds if w.replayable), key=lambda w: w.id not in fresh)
+    scored = next((w for w in ordered if _checks(w)), None)
+    if scored is None:
+        return final(ctx, "recorded", "no turn has a signal to learn from yet", t0)
+    if scored.id not in fresh:
+        return final(ctx, "recorded", "no new correction or problem to fix", t0)
+    return final(ctx, "recorded", "new signals only confirm the current answers", t0)
 
 
 def _decide(
@@ -170,7 +191,16 @@ def _decide(
 ) -> Next:
     """Steps 4–7."""
     params = deps.params
-    worlds, fresh, checks = _survey(ctx, state, pool)
+    worlds, fresh = _survey(ctx, state, pool)
+    quiet = _nothing_to_learn(ctx, worlds, fresh, t0)
+    if quiet is not None:
+        ctx.skipped_worlds = dict(pool.skipped)
+        return quiet
+    checks = {w.id: _checks(w) for w in worlds if w.replayable}
+    worlds = pool.usable()  # records read for the checks that turned out bad drop their world
+    ctx.skipped_worlds = dict(pool.skipped)
+    ctx.loaded = [w.id for w in worlds]
+    ctx.digests = {w.id: ctx.digests[w.id] for w in worlds}
     scored = [w for w in worlds if w.replayable and checks.get(w.id)]
     if not scored:
         return final(ctx, "recorded", "no turn has a signal to learn from yet", t0)

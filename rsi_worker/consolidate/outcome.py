@@ -14,9 +14,9 @@ from rsi_worker.consolidate.result import ConsolidationResult, Status
 
 __all__ = ["Next", "NextKind", "final"]
 
-NextKind = Literal["final", "trials", "drafts", "judge", "stop"]
-"""``final``: the run's result is decided; ``trials`` / ``drafts``: a fan-out to run; ``judge``: the
-round has no candidate to replay; ``stop``: nothing to do (a redelivered step of a closed run)."""
+NextKind = Literal["final", "trials", "drafts", "stop"]
+"""``final``: the run's result is decided; ``trials`` / ``drafts``: a fan-out to run; ``stop``:
+nothing to do (a redelivered step of a closed run)."""
 
 
 @dataclass

@@ -181,12 +181,19 @@ class ConsolidationState:
         self.progress = prog
         self.t = t + 1
 
-    def set_seen(self, digests: Mapping[str, str], keep_ids: Sequence[str]) -> None:
-        """Store the digests the run saw, keeping only ids of the latest loaded worlds."""
+    def set_seen(self, digests: Mapping[str, str], keep_ids: Sequence[str]) -> bool:
+        """Store the digests the run saw, keeping only ids of the latest loaded worlds; returns
+        whether ``seen`` changed.
+
+        An id without an entry reads as :data:`EMPTY_DIGEST` (no signal), so empty digests are not
+        stored: a world recorded without a signal changes nothing, and a no-signal run leaves the
+        stored state as it is (docs/performance/consolidation.md#the-no-signal-path)."""
         keep = set(keep_ids)
-        merged = {k: v for k, v in self.seen.items() if k in keep}
-        merged.update({k: v for k, v in digests.items() if k in keep})
+        merged = {k: v for k, v in self.seen.items() if k in keep and v != EMPTY_DIGEST}
+        merged.update({k: v for k, v in digests.items() if k in keep and v != EMPTY_DIGEST})
+        changed = merged != self.seen
         self.seen = merged
+        return changed
 
 
 def migrate_state(obj: Mapping[str, Any] | None) -> dict[str, Any]:

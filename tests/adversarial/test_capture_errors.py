@@ -121,11 +121,15 @@ def test_a_capture_bug_keeps_the_answer(
 
 def test_a_database_error_while_recording_keeps_the_answer(client: RsiClient, engine: Engine,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    def down(*_a: Any, **_k: Any) -> Any:
-        raise sa.exc.OperationalError("INSERT INTO rsi_worlds ...", {"world": SECRET}, Exception("gone"))
+    def down(_conn: Any, _cursor: Any, statement: str, *_a: Any) -> None:
+        if statement.lstrip().startswith("INSERT INTO rsi_worlds"):  # the world's insert fails
+            raise sa.exc.OperationalError("INSERT INTO rsi_worlds ...", {"world": SECRET}, Exception("gone"))
 
-    monkeypatch.setattr(db, "save_world", down)
-    result = client.run_turn(A, plan("region: EU"), sim())
+    sa.event.listen(engine, "before_cursor_execute", down)
+    try:
+        result = client.run_turn(A, plan("region: EU"), sim())
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", down)
     assert result.status == "completed" and result.answer
     assert (result.recorded, result.record_error) == (False, "not recorded: database error OperationalError")
     assert agent_keys(client.redis, A) == set()

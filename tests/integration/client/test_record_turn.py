@@ -82,6 +82,7 @@ def test_first_turn_enqueues_later_turns_set_pending(
     assert (second.dispatched, second.seq) == ("pending", 2)
     assert (other.dispatched, other.seq) == ("pending", 1)
     assert rclient.get(pending_key("a1")) == b"io3" and len(recorder.calls) == 1
+    client.flush_marks()  # the hand-off marks are otherwise written within mark_delay_s
     rows = _world_rows(sessions, "a1")
     assert [r.io_id for r in rows] == ["io1", "io2", "io3"] and all(r.enqueued_at for r in rows)
     assert rows[0].signals == {"stars": 4, "comment": "ok"} and rows[0].world["agent_id"] == "a1"
@@ -101,6 +102,7 @@ def test_frozen_agent_records_and_never_enqueues(
     rec = client.record_turn("a1", {"world": make_world("io2", 2.0)})
     assert rec.dispatched == "frozen" and len(recorder.calls) == 1
     assert rclient.get(lease_key("a1")) is None and rclient.get(pending_key("a1")) is None
+    client.flush_marks()
     assert all(r.enqueued_at is not None for r in _world_rows(sessions, "a1"))  # the sweeper ignores it
     assert client.record_signals("a1", "io2", {"stars": 1}).dispatched == "frozen"
     client.unfreeze("a1")
@@ -141,6 +143,7 @@ def test_record_signals_merges_and_never_overwrites_implicit(
     rec = client.record_signals("a1", "io1", {"stars": 2, "issue": "wrong currency",
                                               "implicit": {"kind": "accept"}})
     assert rec.dispatched == "pending"  # the first run still holds the lease
+    client.flush_marks()
     (row,) = _world_rows(sessions, "a1")
     assert row.signals == {"comment": "meh", "implicit": implicit, "stars": 2, "issue": "wrong currency"}
     assert row.enqueued_at is not None
@@ -155,7 +158,7 @@ def test_record_signals_merges_and_never_overwrites_implicit(
 def test_retention_keeps_latest_60_worlds_and_200_runs(
     make_client: Callable[..., RsiClient], sessions: sessionmaker[Session]
 ) -> None:
-    client = make_client(trajectory_retention=5)
+    client = make_client(trajectory_retention=5, retention_every=1)  # exact: on every turn
     for i in range(70):
         client.record_turn("a1", {"world": make_world(f"io{i}", 1000.0 + i),
                                   "trajectory": {"trajectory_id": f"t_{i}"}})
@@ -183,8 +186,10 @@ class _OrderedCoordinator(Coordinator):
 
 
 def test_100_concurrent_turns_give_one_enqueue_and_the_newest_pending(
-    client: RsiClient, rclient: redis.Redis, sessions: sessionmaker[Session], recorder: RecordingDispatcher
+    make_client: Callable[..., RsiClient], rclient: redis.Redis, sessions: sessionmaker[Session],
+    recorder: RecordingDispatcher
 ) -> None:
+    client = make_client(retention_every=1)  # the exact retention bound, checked below
     spy = _OrderedCoordinator(rclient, lease_s=60)
     client.coord = spy
     barrier = threading.Barrier(20)
@@ -200,6 +205,7 @@ def test_100_concurrent_turns_give_one_enqueue_and_the_newest_pending(
     (call,) = recorder.calls
     assert call.args[1] == spy.order[0] and len(spy.order) == 100
     assert client.coord.pending("a1") == spy.order[-1]
+    client.flush_marks()
     rows = _world_rows(sessions, "a1")
     assert len(rows) == 60 and all(r.enqueued_at is not None for r in rows)
     assert [r.io_id for r in rows] == [f"io{i:03d}" for i in range(40, 100)]

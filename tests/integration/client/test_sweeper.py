@@ -49,6 +49,9 @@ def _wait_lease_gone(coord: Coordinator, agent: str, timeout_s: float = 5.0) -> 
 
 def _sweep(client: RsiClient, sessions: sessionmaker[Session], dispatcher: object = None,
            coord: Coordinator | None = None, grace_s: float = 0.0) -> SweepReport:
+    """One sweep after the client wrote its hand-off marks (within ``mark_delay_s``, far below the
+    real grace of 60 s; these sweeps use a grace of 0)."""
+    client.flush_marks()
     return sweep(sessions, coord or client.coord, dispatcher or client.dispatcher,  # type: ignore[arg-type]
                  client.settings, grace_s=grace_s)
 

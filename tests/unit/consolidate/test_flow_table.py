@@ -17,9 +17,7 @@ def ctx(phase: str) -> RoundContext:
 
 @pytest.mark.parametrize(("kind", "phase", "members", "then"), [
     ("trials", "incumbent", "trials", "after_incumbent"),
-    ("drafts", "drafting", "drafts", "launch_candidates"),
-    ("trials", "candidates", "trials", "judge_round"),
-    ("judge", "candidates", None, "judge_round"),
+    ("drafts", "drafting", "drafts", "judge_round"),
 ])
 def test_each_outcome_leads_to_one_fan_out_and_one_step(kind: str, phase: str, members: str | None,
                                                         then: str) -> None:
@@ -32,7 +30,8 @@ def test_final_and_stop_end_the_steps(kind: str) -> None:
     assert flow.edge(Next(kind, ctx("candidates"))) is None  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("kind", "phase"), [("drafts", "incumbent"), ("judge", "open"), ("trials", "open")])
+@pytest.mark.parametrize(("kind", "phase"), [("drafts", "incumbent"), ("trials", "candidates"),
+                                           ("trials", "open")])
 def test_an_outcome_the_table_does_not_know_is_refused(kind: str, phase: str) -> None:
     with pytest.raises(ValueError, match=f"no transition from '{kind}' in phase '{phase}'"):
         flow.edge(Next(kind, ctx(phase)))  # type: ignore[arg-type]
@@ -49,3 +48,12 @@ def test_items_are_the_slots_or_the_variants() -> None:
     nxt = Next("trials", ctx("incumbent"), slots=[slot], variants=["A"])
     assert flow.items(nxt, "trials") == [slot]
     assert flow.items(nxt, "drafts") == ["A"]
+
+
+def test_a_passed_draft_names_its_trials_as_follow_ons() -> None:
+    slot = TrialSlot("A", "w1", 0, "replay")
+    assert flow.FOLLOWS == {"drafts": "trials"}
+    assert flow.follow_on("drafts", {"variant": "A", "slots": [slot.to_json()]}) == [slot]
+    assert flow.follow_on("drafts", {"variant": "B", "gate": "critic_rejected"}) == []
+    assert flow.follow_on("trials", {"slots": [slot.to_json()]}) == []  # trials have no follow-ons
+    assert set(flow.FOLLOWS.values()) <= set(flow.MEMBERS)

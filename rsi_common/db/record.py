@@ -1,0 +1,240 @@
+"""The record path's SQL: one short transaction per recorded turn, in Core statements built once
+(docs/performance/record-path.md has the SQL, the statement count and the reasons).
+
+:func:`record_world_turn` stores a turn with a world; :func:`record_bare_turn` one without (capture
+off, own loop). Both run on the caller's connection inside its transaction and never commit:
+
+1. the agent **upsert**: ``INSERT … ON CONFLICT (id) DO UPDATE SET turns = turns + 1 RETURNING``
+   creates the agent, takes its row lock (PostgreSQL; on SQLite the transaction already holds the
+   database's write lock, ``BEGIN IMMEDIATE``) and returns ``frozen``, ``current_version`` and the new
+   ``turns`` — the lock :func:`~rsi_common.db.agents.lock_agent` takes, in the same statement;
+2. the world **insert**: ``INSERT … SELECT …, coalesce(max(seq), 0) + 1 … ON CONFLICT (agent_id, io_id)
+   DO NOTHING RETURNING id, seq, replayable`` — ``seq`` numbered in the statement under the agent
+   lock, idempotent per turn (a repeated ``io_id`` inserts nothing and the rare path reads the row);
+3. the trajectory insert (``ON CONFLICT (id) DO NOTHING``);
+4. every :data:`RETENTION_EVERY`-th turn of the agent (``turns`` divisible by it): the world and
+   trajectory retention deletes. Between two runs at most ``RETENTION_EVERY - 1`` rows of each
+   table are kept beyond the bound; the consolidation reads only the latest ``world_pool`` worlds;
+5. last, and only when the client has hand-off marks due, :func:`mark_handed_off`: ``UPDATE
+   rsi_worlds SET enqueued_at = now`` for the worlds whose trigger was handed off since the last
+   flush (the caller runs it).
+
+Run retention is left to :func:`~rsi_common.db.runs.start_run`, which applies it when a run row is
+made; the own-loop path, which makes a ``skipped`` run row itself, applies it too.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from rsi_common.db.models import AgentRow, RunRow, TrajectoryRow, WorldRow
+from rsi_common.db.runs import new_run_id, retain_runs
+from rsi_common.db.sqltypes import JSONType, db_now
+from rsi_common.db.worlds import retain_trajectories, retain_worlds
+from rsi_common.world import new_world_id
+
+__all__ = ["RETENTION_EVERY", "AgentTurn", "StoredWorld", "mark_handed_off", "record_bare_turn",
+           "record_world_turn"]
+
+RETENTION_EVERY = 16
+"""World and trajectory retention run on every 16th recorded turn of an agent (``turns % 16 == 0``)."""
+
+_W: sa.Table = WorldRow.__table__  # type: ignore[assignment]
+_A: sa.Table = AgentRow.__table__  # type: ignore[assignment]
+_T: sa.Table = TrajectoryRow.__table__  # type: ignore[assignment]
+_R: sa.Table = RunRow.__table__  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class AgentTurn:
+    """What the agent upsert returned: the agent as locked by this transaction."""
+
+    frozen: bool
+    current_version: str | None
+    turns: int
+
+
+@dataclass(frozen=True)
+class StoredWorld:
+    """The world row of the recorded turn (new, or the one stored for the same ``io_id`` before)."""
+
+    id: str
+    io_id: str
+    seq: int
+    replayable: bool
+    new: bool
+
+
+def _insert(dialect: str) -> Any:
+    return postgresql.insert if dialect == "postgresql" else sqlite.insert
+
+
+@functools.cache
+def _statements(dialect: str) -> dict[str, Any]:
+    """The record path's statements for one dialect, built once (SQLAlchemy caches their SQL)."""
+    insert = _insert(dialect)
+    now = db_now()
+    upsert = insert(_A).values(
+        id=sa.bindparam("agent_id"), frozen=False, state=sa.bindparam("empty_state", type_=JSONType),
+        applied_fence=0, turns=1, created_at=now, updated_at=now,
+    )
+    upsert = upsert.on_conflict_do_update(index_elements=["id"], set_={"turns": _A.c.turns + 1}).returning(
+        _A.c.frozen, _A.c.current_version, _A.c.turns)
+    cols = ["id", "agent_id", "io_id", "interaction_id", "seq", "harness_version", "model", "provider",
+            "world", "signals", "replayable", "clock", "bytes", "created_at", "enqueued_at"]
+    source = sa.select(
+        sa.bindparam("id", type_=sa.String()), sa.bindparam("agent_id", type_=sa.String()),
+        sa.bindparam("io_id", type_=sa.String()), sa.bindparam("interaction_id", type_=sa.String()),
+        sa.func.coalesce(sa.func.max(_W.c.seq), 0) + 1,
+        sa.bindparam("harness_version", type_=sa.String()), sa.bindparam("model", type_=sa.String()),
+        sa.bindparam("provider", type_=sa.String()), sa.bindparam("world", type_=JSONType),
+        sa.bindparam("signals", type_=JSONType), sa.bindparam("replayable", type_=sa.Boolean()),
+        sa.bindparam("clock", type_=sa.Double()), sa.bindparam("bytes", type_=sa.Integer()), now,
+        sa.case((sa.bindparam("frozen", type_=sa.Boolean()), now), else_=sa.null()),
+    ).where(_W.c.agent_id == sa.bindparam("agent_id"), _W.c.interaction_id == sa.bindparam("interaction_id"))
+    world = (insert(_W).from_select(cols, source)
+             .on_conflict_do_nothing(index_elements=["agent_id", "io_id"])
+             .returning(_W.c.id, _W.c.seq, _W.c.replayable))
+    existing = sa.select(_W.c.id, _W.c.seq, _W.c.replayable).where(
+        _W.c.agent_id == sa.bindparam("agent_id"), _W.c.io_id == sa.bindparam("io_id"))
+    trajectory = insert(_T).values(created_at=now).on_conflict_do_nothing(index_elements=["id"])
+    free = (sa.select(_W.c.id)
+            .where(_W.c.id.in_(sa.bindparam("ids", expanding=True)), _W.c.enqueued_at.is_(None))
+            .with_for_update(skip_locked=True))  # PostgreSQL: never waits; SQLite: one writer, no clause
+    mark = sa.update(_W).where(_W.c.id.in_(free.scalar_subquery())).values(enqueued_at=now)
+    skipped = sa.insert(_R).values(started_at=now, finished_at=now)
+    return {"upsert": upsert, "world": world, "existing": existing, "trajectory": trajectory, "mark": mark,
+            "skipped": skipped}
+
+
+_TRAJECTORY_FIELDS = tuple(c.key for c in _T.columns if c.key not in ("id", "created_at"))
+
+
+def mark_handed_off(conn: Connection, world_ids: Sequence[str]) -> int:
+    """Set ``enqueued_at`` (database clock) on the given worlds that have none; returns the count.
+
+    A world whose row another transaction holds (PostgreSQL) is skipped, not waited for: a record
+    transaction runs this last and never waits with the rows it marked locked, so it cannot close a
+    lock cycle. A skipped world stays un-marked; the sweeper triggers it once more (harmless).
+    """
+    if not world_ids:
+        return 0
+    result = conn.execute(_statements(conn.dialect.name)["mark"], {"ids": list(world_ids)})
+    return int(result.rowcount or 0)
+
+
+def _upsert_agent(conn: Connection, agent_id: str) -> AgentTurn:
+    row = conn.execute(_statements(conn.dialect.name)["upsert"],
+                       {"agent_id": agent_id, "empty_state": {}}).one()
+    return AgentTurn(bool(row.frozen), row.current_version, int(row.turns))
+
+
+def _save_trajectory(conn: Connection, record: Mapping[str, Any]) -> None:
+    """Insert the trajectory (``trajectory_id`` the key; a stored one is left as it is)."""
+    values = {k: record[k] for k in _TRAJECTORY_FIELDS if record.get(k) is not None}
+    if "error" in values:
+        values["error"] = str(values["error"])[:300]
+    values["id"] = str(record["trajectory_id"])
+    conn.execute(_statements(conn.dialect.name)["trajectory"], values)
+
+
+def _retain(conn: Connection, agent_id: str, agent: AgentTurn, world_retention: int | None,
+            trajectory_retention: int | None, every: int) -> None:
+    if agent.turns % every:
+        return
+    if world_retention is not None:
+        retain_worlds(conn, agent_id, world_retention)
+    if trajectory_retention is not None:
+        retain_trajectories(conn, agent_id, trajectory_retention)
+
+
+def record_world_turn(
+    conn: Connection,
+    agent_id: str,
+    world: Mapping[str, Any],
+    signals: Mapping[str, Any],
+    trajectory: Mapping[str, Any] | None,
+    *,
+    world_retention: int | None,
+    trajectory_retention: int | None,
+    retention_every: int = RETENTION_EVERY,
+) -> tuple[AgentTurn, StoredWorld]:
+    """Store one turn with its world (module docstring): the agent upsert, the world insert, the
+    trajectory, and every :data:`RETENTION_EVERY`-th turn the retention.
+
+    The world is stored with ``enqueued_at`` set when the agent is frozen (no trigger is due); a
+    world stored before for the same ``io_id`` is returned as it is (marked too when frozen).
+
+    Args:
+        conn: a connection inside the caller's transaction.
+        agent_id: the agent (valid id: the caller checked the input boundary).
+        world: the finalized world (``rsi_common.world.finalize_world``).
+        signals: the checked initial signals.
+        trajectory: the checked trajectory record, or ``None``.
+        world_retention, trajectory_retention: rows kept per agent (``None``: no retention).
+        retention_every: the retention runs when the agent's ``turns`` is a multiple of it.
+    """
+    st = _statements(conn.dialect.name)
+    agent = _upsert_agent(conn, agent_id)
+    io, conversation = str(world["io_id"]), str(world.get("interaction_id") or "")
+    params = {
+        "id": new_world_id(), "agent_id": agent_id, "io_id": io, "interaction_id": conversation,
+        "harness_version": _opt_str(world, "harness_version"), "model": _opt_str(world, "model"),
+        "provider": _opt_str(world, "provider"), "world": world, "signals": dict(signals),
+        "replayable": bool(world.get("replayable", True)), "clock": float(world["clock"]),
+        "bytes": int(world.get("bytes") or 0), "frozen": agent.frozen,
+    }
+    row = conn.execute(st["world"], params).one_or_none()
+    if row is not None:
+        stored = StoredWorld(row.id, io, int(row.seq), bool(row.replayable), True)
+    else:  # the turn was recorded before: idempotent
+        old = conn.execute(st["existing"], {"agent_id": agent_id, "io_id": io}).one()
+        stored = StoredWorld(old.id, io, int(old.seq), bool(old.replayable), False)
+        if agent.frozen:  # no trigger is due; also for a turn first saved before the freeze
+            mark_handed_off(conn, [stored.id])
+    if trajectory is not None:
+        _save_trajectory(conn, trajectory)
+    _retain(conn, agent_id, agent, world_retention, trajectory_retention, retention_every)
+    return agent, stored
+
+
+def record_bare_turn(
+    conn: Connection,
+    agent_id: str,
+    trajectory: Mapping[str, Any] | None,
+    *,
+    skipped_reason: str | None,
+    io_id: str | None,
+    trajectory_retention: int | None,
+    run_retention: int | None,
+    retention_every: int = RETENTION_EVERY,
+) -> AgentTurn:
+    """Store a turn without a world: the agent upsert, the trajectory, and for an own-loop turn
+    (``skipped_reason`` given) one finished ``skipped`` run row (SPEC §3.12.4) with the run retention."""
+    st = _statements(conn.dialect.name)
+    agent = _upsert_agent(conn, agent_id)
+    if trajectory is not None:
+        _save_trajectory(conn, trajectory)
+    if skipped_reason is not None:
+        conn.execute(st["skipped"], {
+            "id": new_run_id(), "agent_id": agent_id, "kind": "consolidate", "io_id": io_id,
+            "status": "skipped", "reason": skipped_reason, "start_version": agent.current_version,
+            "fence": None, "result": {"status": "skipped", "reason": skipped_reason},
+        })
+        if run_retention is not None:
+            retain_runs(conn, agent_id, run_retention)
+    _retain(conn, agent_id, agent, None, trajectory_retention, retention_every)
+    return agent
+
+
+def _opt_str(world: Mapping[str, Any], key: str) -> str | None:
+    value = world.get(key)
+    return None if value is None else str(value)
+
