@@ -65,7 +65,7 @@ def build_state(
     writes its run row only: docs/performance/consolidation.md#the-no-signal-path)."""
     if result.status not in SAVES_STATE:
         return None
-    if not ctx.round and not ctx.analysis and not rows:
+    if ctx.round.empty and not ctx.analysis and not rows:
         return start.to_json() if start.set_seen(ctx.digests, ctx.loaded) else None
     p = deps.params
     state = start  # freshly loaded by the caller and not shared: no defensive copy

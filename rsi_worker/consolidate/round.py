@@ -284,6 +284,12 @@ class Round:
         if self.judged is not None and self.params is None:
             raise ValueError("a judged round needs its parameters")
 
+    @property
+    def empty(self) -> bool:
+        """No stage is set: the incumbent was never measured (e.g. a run recorded while opening).
+        A :class:`Round` is always truthy; test this instead."""
+        return self.inc_ev is None
+
     def measured(self) -> tuple[IncumbentBrief, EvalResult]:
         """The incumbent's brief and evaluation; :class:`StoredDataError` when not measured yet."""
         if self.incumbent is None or self.inc_ev is None:

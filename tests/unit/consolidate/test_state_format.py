@@ -12,6 +12,9 @@ import pytest
 
 from rsi_common.stored import StoredDataError
 from rsi_worker.consolidate import state as state_mod
+from rsi_worker.consolidate.context import RoundContext
+from rsi_worker.consolidate.finalize import build_state
+from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.state import MIGRATIONS, STATE_KEYS, STATE_SCHEMA, ConsolidationState
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "state"
@@ -81,3 +84,20 @@ def test_hostile_states_are_refused_by_field() -> None:
     _refused(lambda d: d.update(verdicts={"k": "yes"}), r"^state\.verdicts\.k: must be a JSON array")
     with pytest.raises(StoredDataError, match=r"^state: must be a JSON object, got list"):
         ConsolidationState.from_json([])  # type: ignore[arg-type]
+
+
+def test_a_run_without_a_round_keeps_the_stored_state() -> None:
+    """The no-signal path (docs/performance/consolidation.md#the-no-signal-path): a run whose round is
+    empty, with no analysis and no trial rows, leaves the stored state alone when ``seen`` is
+    unchanged — the empty :class:`Round` must read as empty (a dataclass is always truthy)."""
+    data = golden()
+    data["seen"] = {k: v for k, v in data["seen"].items() if v != "412d4ddc23b7b092"}  # no empty digests
+    ctx = RoundContext(run_id="run_1", agent_id="shop", fence=1, token="t", io_id=None,
+                       loaded=list(data["seen"]), digests=dict(data["seen"]))
+    assert ctx.round.empty
+    recorded = ConsolidationResult("recorded", "no new correction or problem to fix")
+    deps: Any = None  # not used on this path
+    assert build_state(deps, ctx, recorded, ConsolidationState.from_json(data), []) is None
+    ctx.digests = {**ctx.digests, ctx.loaded[0]: "0123456789abcdef"}  # a signal changed: saved
+    saved = build_state(deps, ctx, recorded, ConsolidationState.from_json(data), [])
+    assert saved is not None and saved["seen"][ctx.loaded[0]] == "0123456789abcdef"
