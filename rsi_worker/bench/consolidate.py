@@ -66,7 +66,7 @@ from rsi_common.handoff import trigger_consolidation
 from rsi_common.llm import make_client
 from rsi_worker.bench.models import HOPELESS_MODEL
 from rsi_worker.consolidate import ThreadExecutor, consolidate_inline
-from rsi_worker.consolidate.context import RoundContext
+from rsi_worker.consolidate import fields as f
 from rsi_worker.consolidate.evaluate import INCUMBENT
 from rsi_worker.consolidate.trials import row_json
 from rsi_worker.jobs.scenario import CORRECTION, conversation_turn, next_history
@@ -204,19 +204,24 @@ def critical_path(params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
 
 def failures_to_stop(params: Mapping[str, Any], k: int) -> dict[str, Any]:
     """How many failed trials (heaviest first) a candidate needs before the exact bound can stop
-    it (SPEC §2.10), from the run's stored round parameters — the floor on early stop's work."""
+    it (SPEC §2.10), from the run's stored round parameters — the floor on early stop's work.
+    Reads only ``round.S_star``, ``round.delta``, ``round.S_t`` and ``checks`` (any stored version
+    of the run context), typed: a wrong type is a ``StoredDataError`` naming the field."""
     from rsi_common.math.bounds import can_stop_exactly
 
-    ctx = RoundContext.from_json(params) if params else None
-    rnd = ctx.round.params if ctx is not None else None
-    weights = sorted((len(c) for c in (ctx.checks if ctx else {}).values() for _ in range(k)), reverse=True)
+    rnd = f.obj("params.round", params.get("round") or {})
+    checks = f.obj("params.checks", params.get("checks") or {})
+    sizes = [len(f.json_array(f.sub("params.checks", w), c)) for w, c in checks.items()]
+    weights = sorted((n for n in sizes for _ in range(k)), reverse=True)
     total = sum(weights)
-    if rnd is None or not weights:
+    if not rnd or not weights:
         return {"trials": len(weights), "needed": None}
+    s_star, delta, s_t = (f.number(f.sub("params.round", key), rnd.get(key))
+                          for key in ("S_star", "delta", "S_t"))
     failed = 0
     for n, w in enumerate(weights, start=1):
         failed += w
-        if can_stop_exactly(0, failed, total - failed, rnd.S_star, rnd.delta, rnd.S_t):
+        if can_stop_exactly(0, failed, total - failed, s_star, delta, s_t):
             saving = round(100 * (1 - n / len(weights)), 1)
             return {"trials": len(weights), "needed": n, "max_saving_pct": saving}
     return {"trials": len(weights), "needed": None}
