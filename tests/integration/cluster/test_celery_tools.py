@@ -168,10 +168,18 @@ def test_every_task_event_of_a_run_names_its_queue(tmp_path: Path, redis_srv: Re
     stack.close()
     assert run.status in ("adopted", "kept", "recorded"), (run.reason, run.error)
     events = capture.of(lambda e: e["type"].startswith("task-") and e.get("uuid") in names)
+    # a passed draft replaces itself (Task.replace): its trials' group joins the chord through
+    # Celery's celery.accumulate, which takes the draft task's id, so one id has two tasks
+    queues: dict[str, set[str]] = {}
+    for e in events:
+        if e["type"] == "task-received":
+            assert e.get("queue") == TASK_ROUTES[e["name"]]["queue"], (e["name"], e)
+            queues.setdefault(e["uuid"], set()).add(e["queue"])
     by_name: dict[str, set[str]] = {}
     for e in events:
-        assert e.get("queue") == TASK_ROUTES[names[e["uuid"]]]["queue"], e
-        by_name.setdefault(names[e["uuid"]], set()).add(e["type"])
+        assert e.get("queue") in queues[e["uuid"]], (names[e["uuid"]], e)
+        if len(queues[e["uuid"]]) == 1:
+            by_name.setdefault(names[e["uuid"]], set()).add(e["type"])
     assert {"rsi.consolidate", "rsi.replay_trial", "rsi.judge_round"} <= set(by_name)
     for types in by_name.values():
         assert {"task-sent", "task-received", "task-started", "task-succeeded"} <= types
