@@ -57,6 +57,8 @@ class OpenAIClient:
         settings: Key (``RSI_OPENAI_API_KEY``), base URL, timeout and retry settings.
         base_url: Endpoint override (a role's ``base_url``); default ``settings.openai_base_url``.
         sleep: Sleep function of the retry backoff (tests inject one).
+        api_key: Key to use instead of the setting (a provider preset's key).
+        provider: Name of the service in messages and records (a preset's name; default ``openai``).
 
     Raises:
         ModelAuthError: No key in settings and no custom base URL (local servers need none).
@@ -72,10 +74,13 @@ class OpenAIClient:
         base_url: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
         max_retries: int | None = None,
+        api_key: str | None = None,
+        provider: str = "openai",
     ) -> None:
         self.model = model
+        self.provider = provider
         key, url, self._policy = client_credentials(
-            "openai", settings, base_url, max_retries=max_retries, sleep=sleep
+            "openai", settings, base_url, max_retries=max_retries, sleep=sleep, api_key=api_key
         )
         self._official = url is None
         self._sdk = sdk.OpenAI(
@@ -96,7 +101,7 @@ class OpenAIClient:
         data = call_with_retries(
             attempt,
             self._policy,
-            lambda e: classify_sdk_error(e, "openai", _SDK_ERRORS, self._policy.secrets),
+            lambda e: classify_sdk_error(e, self.provider, _SDK_ERRORS, self._policy.secrets),
         )
         return from_wire(data, request.model or self.model)
 

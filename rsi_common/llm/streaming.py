@@ -17,7 +17,7 @@ HTTP response.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -86,7 +86,7 @@ def can_stream(client: ModelClient) -> bool:
     return callable(getattr(client, "stream", None))
 
 
-def stream_call(client: ModelClient, request: ModelRequest) -> Iterator[ModelChunk]:
+def stream_call(client: ModelClient, request: ModelRequest) -> Generator[ModelChunk, None, None]:
     """Stream ``request`` on ``client``; a client that cannot stream answers with ``complete`` and
     its text comes as one chunk (tool calls as one chunk each), then the response."""
     if can_stream(client):

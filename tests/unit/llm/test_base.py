@@ -148,7 +148,7 @@ def test_complete_json_retries_then_fails_clearly() -> None:
 
 
 def test_make_client_rejects_unknown_provider() -> None:
-    with pytest.raises(InvalidInput, match="unknown model provider"):
+    with pytest.raises(InvalidInput, match="unknown provider 'llamafile'; known: sim, anthropic, openai, vllm"):
         make_client("llamafile", "m", Settings())
 
 
