@@ -4,8 +4,8 @@
 
 * ``read_file(path)`` — a UTF-8 text file (undecodable bytes as U+FFFD), at most
   :data:`MAX_READ_BYTES` (longer files are cut, and the result says so);
-* ``list_files(path=".")`` — the entries of a directory, sorted, directories with a trailing ``/``,
-  at most :data:`MAX_LIST_ENTRIES`;
+* ``list_files(path=".")`` — the entries of a directory, sorted, directories with a trailing ``/``
+  and symbolic links with ``@``, at most :data:`MAX_LIST_ENTRIES`;
 * ``write_file(path, content)`` — create or replace a text file (parent directories are created),
   at most :data:`MAX_WRITE_BYTES`.
 
@@ -88,7 +88,8 @@ class Sandbox:
         target = self.resolve(path)
         if not target.is_dir():
             raise SandboxError("path: not a directory")
-        names = sorted(e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in os.scandir(target))
+        names = sorted(e.name + ("@" if e.is_symlink() else "/" if e.is_dir() else "")
+                       for e in os.scandir(target))
         more = len(names) - MAX_LIST_ENTRIES
         lines = names[:MAX_LIST_ENTRIES] + ([f"[{more} more entries]"] if more > 0 else [])
         return "\n".join(lines) if lines else "(empty directory)"
@@ -103,7 +104,7 @@ class Sandbox:
         if target == self.root:
             raise SandboxError("path: names the workspace itself")
         target.parent.mkdir(parents=True, exist_ok=True)
-        if self.resolve(self.shown(target.parent)) != target.parent:  # pragma: no cover - raced
+        if self.resolve(self.shown(target.parent)) != target.parent:  # a link swapped in meanwhile
             raise SandboxError("path: it leads outside the workspace; refused")
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
         with os.fdopen(fd, "wb") as fh:
