@@ -68,7 +68,8 @@ def _summary(values_s: list[float]) -> dict[str, float]:
 
 
 def _kernel(n: int) -> tuple[list[float], list[float]]:
-    added, from_start = [], []
+    added: list[float] = []
+    from_start: list[float] = []
     for i in range(n):
         model = _Stamped()
         seen: list[float] = []
@@ -87,7 +88,8 @@ def _kernel(n: int) -> tuple[list[float], list[float]]:
 
 
 def _agent(n: int, home: Path) -> tuple[list[float], list[float]]:
-    added, from_start = [], []
+    added: list[float] = []
+    from_start: list[float] = []
     settings = Settings(database_url=f"sqlite:///{home / 'rsi.db'}", home=home)
     model = _Stamped()
     with Agent("bench", settings=settings, model_client=model) as agent:
