@@ -222,7 +222,9 @@ class Agent:
 
     async def arun(self, text: str, *, conversation: str = DEFAULT_CONVERSATION,
                    metadata: dict[str, Any] | None = None) -> AgentResult:
-        """:meth:`run` on a worker thread; cancelling the awaiting task cancels the turn (not recorded)."""
+        """:meth:`run` on a worker thread. Cancelling the awaiting task sets the turn's cancel flag: the
+        turn stops before its next model call and is then not recorded (a turn whose last call had
+        already started finishes and is recorded); the cancellation is re-raised once it ended."""
         stop = threading.Event()
         task = asyncio.get_running_loop().run_in_executor(
             None, lambda: self._turn(text, conversation, metadata, None, stop.is_set))

@@ -209,3 +209,41 @@ def test_the_three_lines_run_in_a_fresh_directory_without_configuration(tmp_path
     assert "Compare two laptops under 1500 EUR" in done.stdout
     assert (tmp_path / ".rsi" / "rsi.db").is_file(), "the embedded default keeps its state under ./.rsi"
     assert "Traceback" not in done.stderr
+
+
+def test_cancelling_arun_stops_the_turn_before_its_next_model_call(settings: Settings) -> None:
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+
+    class Gated:
+        provider, model = "sim", "sim-1"
+
+        def __init__(self) -> None:
+            self.inner = SimClient()
+            self.calls = 0
+
+        def complete(self, request: Any) -> Any:
+            self.calls += 1
+            entered.set()
+            release.wait(10)
+            return self.inner.complete(request)
+
+    gated = Gated()
+    with Agent("helper", settings=settings, model_client=gated) as agent:  # type: ignore[arg-type]
+        @agent.tool
+        def get_sales(region: str) -> str:
+            """Sales by region."""
+            return f"region: {region}"
+
+        async def main() -> None:
+            task = asyncio.create_task(agent.arun("use get_sales region=north"))
+            await asyncio.to_thread(entered.wait, 10)
+            task.cancel()
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(main())
+        assert gated.calls == 1, "the call after the tool step was never made"
+        assert agent.last_io_id is None and agent.history() == []
