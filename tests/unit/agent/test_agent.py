@@ -192,9 +192,13 @@ def test_providers_unknown_presets_and_keys(settings: Settings, monkeypatch: pyt
     groq = make_client("groq", "llama-3.3-70b", settings)
     assert groq.provider == "groq" and str(groq._sdk.base_url).startswith(PRESETS["groq"].base_url)  # type: ignore[attr-defined]
     for name, p in PRESETS.items():
-        if p.key_env is None:
-            local = make_client(name, "m", settings)
-            assert local.provider == name and str(local._sdk.base_url).rstrip("/") == p.base_url  # type: ignore[attr-defined]
+        if p.key_env is not None:
+            monkeypatch.delenv(p.key_env, raising=False)
+            with pytest.raises(ModelAuthError, match=f"{name}: no API key is configured; set {p.key_env}"):
+                make_client(name, "m", settings)
+            monkeypatch.setenv(p.key_env, f"{name}-test-key-value")
+        built = make_client(name, "m", settings)
+        assert built.provider == name and str(built._sdk.base_url).rstrip("/") == p.base_url  # type: ignore[attr-defined]
 
 
 def test_the_three_lines_run_in_a_fresh_directory_without_configuration(tmp_path: Path) -> None:

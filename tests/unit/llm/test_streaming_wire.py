@@ -24,7 +24,7 @@ from rsi_common.kernel import (
     run_turn,
 )
 from rsi_common.llm import ModelClient, ModelRequest, make_client
-from rsi_common.llm.streaming import ResponseChunk, TextChunk, ToolCallAssembler, ToolCallChunk
+from rsi_common.llm.streaming import ResponseChunk, TextChunk, ThinkingChunk, ToolCallAssembler, ToolCallChunk
 from tests.support.wire_server import (
     ANTHROPIC,
     OPENAI,
@@ -241,3 +241,33 @@ def test_a_cancelled_stream_ends_the_turn_cleanly(srv: WireServer, provider: str
     assert (result.status, result.termination_reason) == ("cancelled", "CANCELLED")
     assert len(srv.bodies(PATH[provider])) == 1, "no retry after a cancel"
     assert result.usage["calls"] == 0
+
+
+def test_a_preset_speaks_the_wire_format_plain_and_streamed(srv: WireServer) -> None:
+    """The ``vllm`` preset pointed at the wire-format server (every preset uses this client)."""
+    srv.push(OPENAI, plain("openai", tool=True), streamed("openai", tool=True),
+             openai_error(503, "loading model"))
+    vllm = make_client("vllm", "qwen-test", settings_for(srv), base_url=srv.openai_base_url)
+    assert vllm.provider == "vllm"
+    whole = vllm.complete(request(tools=TOOL))
+    chunks = list(vllm.stream(request(tools=TOOL)))  # type: ignore[attr-defined]
+    assert isinstance(chunks[-1], ResponseChunk) and chunks[-1].response == whole
+    with pytest.raises(ModelTransientError, match="vllm: HTTP 503"):
+        list(vllm.stream(request()))  # type: ignore[attr-defined]
+    assert [b["model"] for b in srv.bodies(OPENAI)] == ["qwen-test"] * 3
+    assert "max_tokens" in srv.bodies(OPENAI)[0], "a custom base URL gets the compatible parameter name"
+
+
+def test_streamed_reasoning_is_a_thinking_block_like_the_plain_one(srv: WireServer) -> None:
+    events = openai_stream(TEXT)
+    delta = {"reasoning_content": "compare first"}
+    thought = (None, {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0,
+                      "model": "gpt-test", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+    srv.push(OPENAI, Reply(body=openai_completion(TEXT, extra_message=delta)),
+             Reply(events=(events[0], thought, *events[1:])))
+    c = client(srv, "openai")
+    whole = c.complete(request())
+    chunks = list(c.stream(request()))  # type: ignore[attr-defined]
+    assert [ch.text for ch in chunks if isinstance(ch, ThinkingChunk)] == ["compare first"]
+    assert isinstance(chunks[-1], ResponseChunk) and chunks[-1].response == whole
+    assert whole.content[0] == {"type": "thinking", "thinking": "compare first"}
