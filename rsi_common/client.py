@@ -45,12 +45,13 @@ from rsi_common import db
 from rsi_common.boundary import MAX_HARNESS_VERSION_CHARS, check_id, check_label
 from rsi_common.config import Settings
 from rsi_common.coord import Coordinator
-from rsi_common.credentials import safe_repr
+from rsi_common.credentials import describe, find_in, safe_repr
 from rsi_common.dispatch import Dispatcher, KombuDispatcher, redis_py_url
-from rsi_common.errors import InvalidInput, SettingsError
+from rsi_common.errors import CredentialError, InvalidInput, SettingsError
 from rsi_common.handoff import COORD_ERRORS, trigger_consolidation
 from rsi_common.harness import H0_VERSION, Harness, diff_trees, h0, materialize, resolve_harness, workspace_of
 from rsi_common.harness.bundled import HarnessLabel
+from rsi_common.harness.checkpoint import Checkpoint, checkpoint_json
 from rsi_common.host_input import ParsedTurn, check_signals, parse_turn
 from rsi_common.invalidation import HarnessCache, InvalidationListener
 from rsi_common.kernel import EventSink, RetryPolicy, TurnPlan, TurnResult, run_turn
@@ -450,6 +451,75 @@ class RsiClient:
             InvalidInput: source and target are the same agent, or the new id is invalid.
         """
         return self._update(new_agent_id, lambda s: db.clone_agent(s, agent_id, new_agent_id))
+
+    def stored_harness(self, agent_id: str, version: str | None) -> Harness:
+        """A stored ``version`` of the agent (``None`` = H0), verified (``materialize``), uncached.
+
+        Raises:
+            UnknownVersionError: the version is not stored for this agent.
+            TamperError: the stored payload does not hash to its version.
+        """
+        v = _version_arg(version)
+        if v is None:
+            return h0()
+        with self._read() as s:
+            return materialize(db.get_harness(s, agent_id, v).payload)
+
+    def export_checkpoint(self, agent_id: str, version: str | None) -> str:
+        """The checkpoint text (docs/formats.md §5.3) of a stored ``version`` (``None`` = H0) of the agent,
+        with its provenance as the checkpoint's ``lineage``.
+
+        Raises:
+            UnknownAgentError: no such agent.
+            UnknownVersionError: the version is not stored for this agent.
+        """
+        v = _version_arg(version)
+        with self._read() as s:
+            db.get_agent(s, agent_id)
+            if v is None:
+                return checkpoint_json(h0(), parent="", lineage=[{"source": "h0"}])
+            row = db.get_harness(s, agent_id, v)
+            lineage = [{"run_id": row.run_id, "summary": row.summary,
+                        "created_at": row.created_at.strftime("%Y-%m-%dT%H:%M:%SZ")}]
+            return checkpoint_json(materialize(row.payload), parent=row.parent_version or "",
+                                   lineage=lineage)
+
+    def import_version(self, agent_id: str, checkpoint: Checkpoint, *, expected_current: str | None,
+                       adopt: bool = False) -> VersionInfo:
+        """Store a loaded checkpoint's harness as a version of the agent (parent: the current version).
+
+        The caller screens the harness against ``expected_current`` first (``rsi harness import``
+        runs the gate's deterministic checks, docs/operations.md#harness-checkpoints); the agent's
+        current version is re-read under its lock and must still be ``expected_current``. With
+        ``adopt`` the version becomes current from the next turn (like :meth:`rollback`). A version
+        already stored keeps its first provenance. Nothing is stored when any check fails.
+
+        An agent that does not exist yet is created (at H0) first.
+
+        Raises:
+            CredentialError: the checkpoint's lineage carries a credential (the field is named).
+            InvalidInput: the current version moved since the screen (screen again).
+        """
+        hit = find_in(checkpoint.lineage, "lineage")
+        if hit is not None:
+            raise CredentialError(f"{hit[0]}: looks like a credential ({describe(hit[1])}); refused")
+        summary = {"source": "import", "created_at": checkpoint.created_at[:40],
+                   "created_by": checkpoint.created_by[:200], "lineage": checkpoint.lineage}
+        with self._sessions.begin() as s:
+            db.ensure_agent(s, agent_id)
+            agent = db.lock_agent(s, agent_id)
+            if agent.current_version != _version_arg(expected_current):
+                raise InvalidInput(f"agent {safe_repr(agent_id)}: the current version moved while the "
+                                   "checkpoint was screened; import again")
+            harness = checkpoint.harness.with_parent(agent.current_version)
+            row = db.add_harness(s, agent_id, harness.version, harness.payload(),
+                                 parent_version=agent.current_version, summary=summary)
+            info = VersionInfo.of(row)
+            if adopt:
+                db.rollback_to(s, agent_id, harness.version)
+        if adopt:
+            self._changed(agent_id)
+        return info
 
     # --- reads ------------------------------------------------------------------------------------
 

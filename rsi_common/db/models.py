@@ -1,6 +1,7 @@
 """ORM models of the durable state (ARCHITECTURE §4, SPEC §3.12, §7.5).
 
-Six tables, all prefixed ``rsi_`` so they can share a database with the host application:
+Seven tables here (the service's tokens and audit log are in :mod:`rsi_common.db.access`), all
+prefixed ``rsi_`` so they can share a database with the host application:
 
 * ``rsi_agents`` — one row per agent: current harness version (``NULL`` = H0), frozen flag,
   consolidation state (SPEC §3.2) and ``applied_fence`` (the fence of the newest run whose final

@@ -127,8 +127,11 @@ class EmbeddedCluster:
         ) as worker:
             yield worker
 
-    def wait_ready(self, timeout_s: float = 30.0) -> None:
-        """Wait until every worker process answers a ping (redis mode; in-process is ready at once)."""
+    def wait_ready(self, timeout_s: float = 90.0) -> None:
+        """Wait until every worker process answers a ping (redis mode; in-process is ready at once).
+
+        ``timeout_s`` bounds a start on a loaded machine (each process imports Celery, SQLAlchemy
+        and the pipeline); an idle one answers within a few seconds."""
         if self.mode != "embedded-redis":
             return
         from rsi_worker.cluster.app import create_app

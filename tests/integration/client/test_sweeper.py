@@ -64,7 +64,9 @@ def test_broker_down_defers_quickly_and_the_sweeper_enqueues_later(
         start = time.perf_counter()
         rec = client.record_turn("a1", {"world": make_world("io1", 1.0)})
         elapsed = time.perf_counter() - start
-        assert rec.dispatched == "deferred" and elapsed < 1.0
+        # a hang guard, not a speed figure: the hand-off gives up after its 1 s timeout (a dead
+        # broker refuses at once); only a hand-off that waited on the broker would take 10 s
+        assert rec.dispatched == "deferred" and elapsed < 10.0
         assert rclient.get(lease_key("a1")) is None  # the lease of the failed enqueue was released
         assert _world(sessions, "a1", "io1").enqueued_at is None
         assert _sweep(client, sessions, live, grace_s=60).worlds_found == 0  # still in its grace period

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import redis
@@ -102,6 +103,12 @@ def test_caps_on_the_distributed_path(tmp_path: Path, redis_srv: RedisServer) ->
             TASK_CONSOLIDATE, [lease.agent, lease.io, lease.token, lease.fence], QUEUE_CONSOLIDATE
         )
         (mid,) = cluster.finished("shop")
+        # the run row is final before the lease is released: wait for the release, since a
+        # try_begin during the run would mark the turn pending (and the settle would re-run it)
+        r = redis.Redis.from_url(redis_srv.client_url)
+        deadline = time.monotonic() + 30
+        while r.exists("rsi:shop:lease") and time.monotonic() < deadline:
+            time.sleep(0.05)
         lease = stack.coord.try_begin("shop", stack.latest_io("shop"))
         assert lease is not None
         KombuDispatcher(redis_srv.url).enqueue(
