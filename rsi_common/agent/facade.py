@@ -34,6 +34,7 @@ from rsi_common.agent.workspace import workspace_tools
 from rsi_common.boundary import check_id
 from rsi_common.client import RecordedTurn
 from rsi_common.config import Settings
+from rsi_common.credentials import redact
 from rsi_common.errors import InvalidInput
 from rsi_common.kernel import EventSink, ToolDef, TurnPlan
 from rsi_common.llm import ModelClient, make_client
@@ -50,6 +51,17 @@ HISTORY_TURNS = 20
 """Turns of the conversation sent with each new turn (the window), by default."""
 HISTORY_RETENTION = 200
 """Turns kept per conversation in SQL, by default (older ones are deleted as new ones arrive)."""
+
+
+def redacted(value: Any) -> Any:
+    """A copy of ``value`` with credential-shaped text in every string redacted (what the history stores)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [redacted(v) for v in value]
+    if isinstance(value, dict):
+        return {k: redacted(v) for k, v in value.items()}
+    return value
 
 
 class Agent:
@@ -199,7 +211,7 @@ class Agent:
         if result.status != "cancelled":
             try:
                 with db.session_factory(host.engine).begin() as s:
-                    db.append_turn(s, self.agent_id, conversation, plan.io_id, result.transcript,
+                    db.append_turn(s, self.agent_id, conversation, plan.io_id, redacted(result.transcript),
                                    retention=self.history_retention)
             except (SQLAlchemyError, InvalidInput) as exc:  # the answer is returned either way
                 history_error = f"not added to the history: {safe_reason(exc, 200)}"

@@ -251,3 +251,14 @@ def test_cancelling_arun_stops_the_turn_before_its_next_model_call(settings: Set
         asyncio.run(main())
         assert gated.calls == 1, "the call after the tool step was never made"
         assert agent.last_io_id is None and agent.history() == []
+
+
+def test_a_credential_in_the_input_is_refused_in_the_world_and_redacted_in_the_history(agent: Agent) -> None:
+    key = "sk-" + "ant-api03-" + "Q7" * 24
+    result = agent.run(f"my key is {key}, keep it safe")
+    assert result.answer and not result.recorded and "world refused" in result.record_error
+    assert key not in result.record_error
+    stored = str(agent.history())
+    assert key not in stored and "[redacted]" in stored
+    with db.session_factory(agent.host().engine).begin() as s:
+        assert s.scalar(select(func.count()).select_from(db.WorldRow)) == 0
