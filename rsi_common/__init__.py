@@ -1,0 +1,22 @@
+"""What a host process and a worker share (docs/dev/layout.md).
+
+``from rsi_common import Agent`` is the host's easy path (docs/host/agent.md). The attribute is
+loaded on first use, so importing any other module of the package stays as light as before.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rsi_common.agent import Agent
+
+__all__ = ["Agent"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Agent":
+        from rsi_common.agent import Agent
+
+        return Agent
+    raise AttributeError(f"module 'rsi_common' has no attribute {name!r}")

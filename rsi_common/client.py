@@ -56,11 +56,12 @@ from rsi_common.harness.bundled import HarnessLabel
 from rsi_common.harness.checkpoint import Checkpoint, checkpoint_json
 from rsi_common.host_input import ParsedTurn, check_signals, parse_turn
 from rsi_common.invalidation import HarnessCache, InvalidationListener
-from rsi_common.kernel import RetryPolicy, TurnPlan, TurnResult, run_turn
+from rsi_common.kernel import EventSink, RetryPolicy, TurnPlan, TurnResult, run_turn
 from rsi_common.llm import ModelClient
 from rsi_common.stored import safe_reason
 
 __all__ = [
+    "CANCELLED_NOT_RECORDED",
     "MARK_DELAY_S",
     "OWN_LOOP_REASON",
     "REDIS_TIMEOUT_S",
@@ -77,6 +78,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Dispatched = Literal["enqueued", "pending", "deferred", "frozen", "skipped", "off"]
+CANCELLED_NOT_RECORDED = "not recorded: the turn was cancelled"
+"""``record_error`` of a cancelled turn (nothing of it is stored)."""
 OWN_LOOP_REASON = "provider runs its own loop"
 """Reason of the ``skipped`` run row of an own-loop turn (SPEC §3.12.4)."""
 TRAJECTORY_RETENTION = 1_000
@@ -701,7 +704,8 @@ class RsiClient:
     # --- convenience ------------------------------------------------------------------------------
 
     def run_turn(self, agent_id: str, plan: TurnPlan, model_client: ModelClient, *,
-                 seed: int | None = None) -> TurnResult:
+                 seed: int | None = None, on_event: EventSink | None = None,
+                 cancelled: Callable[[], bool] | None = None) -> TurnResult:
         """Resolve the harness, run one kernel turn with it, record the turn, return the result.
 
         The harness is resolved once, before the turn, and used for the whole turn (ARCHITECTURE
@@ -715,6 +719,10 @@ class RsiClient:
         or could not capture the world, or ``record_turn`` raised (invalid input, a credential, a
         database error). The reason names the error class and, for the project's own errors, their
         message (field paths, never values); a database error is named by its class only.
+
+        ``on_event`` streams the turn to the host (:mod:`rsi_common.kernel.events`); ``cancelled``
+        is checked before every model call and between streamed chunks. A cancelled turn is not
+        recorded (``record_error`` says so): nothing partial is stored.
 
         Raises:
             InvalidInput: ``plan.io_id`` is empty, or ``plan.agent_id`` names another agent.
@@ -732,7 +740,11 @@ class RsiClient:
             plan = dataclasses.replace(plan, agent_id=agent_id)
         harness, label = self._resolve(agent_id)
         result = run_turn(plan, harness, model_client, record_world=self.settings.record_world, seed=seed,
-                          retry=RetryPolicy.from_settings(self.settings), lineage=label)
+                          retry=RetryPolicy.from_settings(self.settings), lineage=label, on_event=on_event,
+                          cancelled=cancelled)
+        if result.status == "cancelled":
+            result.recorded, result.record_error = False, CANCELLED_NOT_RECORDED
+            return result
         return self._record_result(agent_id, result)
 
     def _record_result(self, agent_id: str, result: TurnResult) -> TurnResult:

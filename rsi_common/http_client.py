@@ -40,12 +40,12 @@ import httpx
 
 from rsi_common import errors
 from rsi_common.boundary import check_id
-from rsi_common.client import RecordedTurn
+from rsi_common.client import CANCELLED_NOT_RECORDED, RecordedTurn
 from rsi_common.credentials import safe_repr
 from rsi_common.errors import AccessDenied, InvalidInput, ServiceUnavailable
 from rsi_common.harness import Harness, materialize
 from rsi_common.invalidation import HarnessCache
-from rsi_common.kernel import RetryPolicy, TurnPlan, TurnResult, run_turn
+from rsi_common.kernel import EventSink, RetryPolicy, TurnPlan, TurnResult, run_turn
 from rsi_common.llm import ModelClient
 from rsi_common.stored import safe_reason
 
@@ -307,12 +307,14 @@ class RsiHttpClient:
     # --- convenience -------------------------------------------------------------------------------
 
     def run_turn(
-        self, agent_id: str, plan: TurnPlan, model_client: ModelClient, *, seed: int | None = None
+        self, agent_id: str, plan: TurnPlan, model_client: ModelClient, *, seed: int | None = None,
+        on_event: EventSink | None = None, cancelled: Callable[[], bool] | None = None,
     ) -> TurnResult:
         """Resolve the harness, run one kernel turn here with it, record the turn over HTTP.
 
         Like ``RsiClient.run_turn``: the harness is resolved once and used for the whole turn, and
-        recording never loses the answer (``recorded = False`` and ``record_error`` say why).
+        recording never loses the answer (``recorded = False`` and ``record_error`` say why);
+        ``on_event`` and ``cancelled`` as there (a cancelled turn is not recorded).
 
         Raises:
             InvalidInput: ``plan.io_id`` is empty, or ``plan.agent_id`` names another agent.
@@ -337,7 +339,12 @@ class RsiHttpClient:
             seed=seed,
             retry=self.model_retry,
             lineage=label,
+            on_event=on_event,
+            cancelled=cancelled,
         )
+        if result.status == "cancelled":
+            result.recorded, result.record_error = False, CANCELLED_NOT_RECORDED
+            return result
         try:
             self.record_turn(agent_id, result)
         except Exception as exc:  # the host keeps its answer whatever recording does

@@ -42,6 +42,12 @@ from rsi_common.db.agents import (
     rollback_to,
     unfreeze,
 )
+from rsi_common.db.conversations import (
+    ConversationRow,
+    append_turn,
+    conversation_window,
+    forget_conversation,
+)
 from rsi_common.db.engine import make_engine, session_factory
 from rsi_common.db.migrate import current_revision, head_revision, schema_diff, upgrade
 from rsi_common.db.models import (
@@ -115,6 +121,7 @@ __all__ = [
     "AgentRow",
     "AuditRow",
     "Base",
+    "ConversationRow",
     "FinalOutcome",
     "FinalWrite",
     "HarnessRow",
@@ -134,8 +141,10 @@ __all__ = [
     "add_harness",
     "add_regressions",
     "ancestry",
+    "append_turn",
     "audit_log",
     "clone_agent",
+    "conversation_window",
     "create_token",
     "current_revision",
     "db_ago",
@@ -146,6 +155,7 @@ __all__ = [
     "final_write",
     "find_token",
     "finish_run",
+    "forget_conversation",
     "freeze",
     "get_agent",
     "get_harness",

@@ -7,6 +7,15 @@ limits come from host kwargs and settings only. Live turns (:func:`run_turn`) an
 
 from __future__ import annotations
 
+from rsi_common.kernel.events import (
+    EventSink,
+    StepReset,
+    TextDelta,
+    ThinkingDelta,
+    ToolCall,
+    ToolResultEvent,
+    TurnEvent,
+)
 from rsi_common.kernel.ledger import PURPOSES, CallRecord, Ledger, TurnStop
 from rsi_common.kernel.runner import ExecutedCall, ToolRunner
 from rsi_common.kernel.runtime import TurnRuntime
@@ -37,18 +46,25 @@ __all__ = [
     "TOOL_SEARCH",
     "CallRecord",
     "Decision",
+    "EventSink",
     "ExecutedCall",
     "Ledger",
     "MemoryProvider",
     "ModelConfig",
     "ParsedStep",
     "RetryPolicy",
+    "StepReset",
+    "TextDelta",
+    "ThinkingDelta",
+    "ToolCall",
     "ToolDef",
     "ToolExecutor",
     "ToolOutput",
     "ToolRegistry",
     "ToolResult",
+    "ToolResultEvent",
     "ToolRunner",
+    "TurnEvent",
     "TurnPlan",
     "TurnResult",
     "TurnRuntime",

@@ -7,16 +7,21 @@ carry zero tokens. Billing usage reported to the host counts only ``main`` calls
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from rsi_common.errors import ModelError, ModelTransientError
+from rsi_common.kernel.events import EventSink, StepReset, TextDelta, ThinkingDelta
 from rsi_common.kernel.types import RetryPolicy, TurnStatus
+from rsi_common.llm.streaming import ResponseChunk, TextChunk, ThinkingChunk, stream_call
 
 if TYPE_CHECKING:
     from rsi_common.llm import ModelClient, ModelRequest, ModelResponse
+
+log = logging.getLogger(__name__)
 
 __all__ = ["PURPOSES", "CallRecord", "Ledger", "ModelCaller", "Purpose", "TurnStop"]
 
@@ -118,6 +123,9 @@ class ModelCaller:
         cancelled: checked before every call attempt; True → ``TurnStop("cancelled", "CANCELLED")``.
         max_turn_tokens: c(τ) above it after a call → ``TurnStop("blocked", "COST_BUDGET")``.
         clock: injectable monotonic clock for ``duration_s``.
+        on_event: the host's event callback; when set, ``main`` calls stream
+            (:mod:`rsi_common.llm.streaming`) and their text reaches it as it arrives. The cancel
+            check then runs between chunks too, so a cancelled stream stops at the next chunk.
     """
 
     def __init__(
@@ -130,8 +138,12 @@ class ModelCaller:
         cancelled: Callable[[], bool] | None = None,
         max_turn_tokens: int | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        on_event: EventSink | None = None,
     ) -> None:
         self.client = client
+        self.on_event = on_event
+        self.step = 0
+        """The main step whose call streams (set by the loop; carried by the events)."""
         self.ledger = ledger
         self.retry = retry
         self.sleep = sleep
@@ -159,7 +171,45 @@ class ModelCaller:
 
     def _check_cancel(self) -> None:
         if self.cancelled is not None and self.cancelled():
-            raise TurnStop("cancelled", "CANCELLED", "the replay was cancelled")
+            raise TurnStop("cancelled", "CANCELLED", "the turn was cancelled")
+
+    def emit(self, event: Any) -> None:
+        """Hand ``event`` to the host's callback; its exceptions are logged, never raised."""
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(event)
+        except Exception as exc:  # a host display never fails the turn
+            log.warning("the host's event callback raised %s", type(exc).__name__)
+
+    def _attempt(self, request: ModelRequest, purpose: Purpose) -> ModelResponse:
+        """One attempt. A streamed attempt forwards text as it arrives; the model error of a failed
+        one carries ``rsi_streamed`` (whether the host saw partial output) so that it can be voided.
+        """
+        if self.on_event is None or purpose != "main":
+            return self.client.complete(request)
+        streamed = False
+        chunks = stream_call(self.client, request)
+        try:
+            for chunk in chunks:
+                if isinstance(chunk, ResponseChunk):
+                    return chunk.response
+                self._check_cancel()
+                if isinstance(chunk, TextChunk) and chunk.text:
+                    streamed = True
+                    self.emit(TextDelta(chunk.text, self.step))
+                elif isinstance(chunk, ThinkingChunk) and chunk.text:
+                    streamed = True
+                    self.emit(ThinkingDelta(chunk.text, self.step))
+        except ModelError as exc:
+            exc.rsi_streamed = streamed  # type: ignore[attr-defined]
+            raise
+        finally:
+            chunks.close()
+        provider = getattr(self.client, "provider", "")
+        ended = ModelTransientError(f"{provider}: the stream ended without a response")
+        ended.rsi_streamed = streamed  # type: ignore[attr-defined]
+        raise ended
 
     def call(self, request: ModelRequest, purpose: Purpose = "main") -> ModelResponse:
         """One logical model call with up to ``retry.retries`` retries.
@@ -173,9 +223,14 @@ class ModelCaller:
             self._check_cancel()
             t0 = self.clock()
             try:
-                response = self.client.complete(request)
+                response = self._attempt(request, purpose)
+            except TurnStop:
+                self._record(purpose, t0, None, "Cancelled: the turn was cancelled during the stream")
+                raise
             except ModelTransientError as exc:
                 self._record(purpose, t0, None, f"{type(exc).__name__}: {exc}")
+                if getattr(exc, "rsi_streamed", False):
+                    self.emit(StepReset(self.step, type(exc).__name__))
                 if attempt >= len(delays):
                     raise TurnStop("failed", "MODEL_ERROR", f"{type(exc).__name__}: {exc}",
                                    type(exc).__name__) from exc

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
+from rsi_common.kernel.events import ToolCall, ToolResultEvent
 from rsi_common.kernel.ledger import TurnStop
 from rsi_common.kernel.messages import canonical, fix_interrupted, response_text, with_turn_context
 from rsi_common.kernel.runner import ToolRunner
@@ -162,7 +163,9 @@ def _append_response(rt: TurnRuntime, response: ModelResponse) -> None:
 
 
 def stage_call(rt: TurnRuntime, request: ModelRequest) -> ModelResponse:
-    """Stage 6: the main model call (retries, ledger); appends the assistant message."""
+    """Stage 6: the main model call (retries, ledger); appends the assistant message. With a host
+    event callback the call streams (:mod:`rsi_common.kernel.events`)."""
+    rt.caller.step = rt.iteration
     try:
         response = rt.call_model(request, "main")
     except TurnStop as stop:
@@ -194,7 +197,13 @@ def stage_tools(rt: TurnRuntime, hooks: Hooks, runner: ToolRunner | None, step: 
         return False
     executor, concurrency = _runner_settings(rt, hooks)
     exposed = {str(t.get("name")) for t in rt.request_tools}
+    for call in step.tool_calls:
+        rt.caller.emit(ToolCall(str(call.get("id", "")), str(call.get("name", "")), call.get("input"),
+                                rt.iteration))
     executed = runner.run(step.tool_calls, exposed, executor=executor, max_concurrency=concurrency)
+    for done in executed:
+        rt.caller.emit(ToolResultEvent(done.tool_use_id, done.name, done.content, done.is_error,
+                                       rt.iteration))
     rt.messages.append({"role": "user", "content": [e.result_block() for e in executed]})
     rt.tool_calls_run += len(executed)
     rt.tool_errors += sum(1 for e in executed if e.is_error)

@@ -16,6 +16,7 @@ from rsi_common.errors import WorldError
 from rsi_common.harness import Harness, h0
 from rsi_common.kernel.capture import WorldCapture
 from rsi_common.kernel.components.registry import instantiate
+from rsi_common.kernel.events import EventSink
 from rsi_common.kernel.ledger import Ledger, ModelCaller
 from rsi_common.kernel.loop import End, Hooks, main_steps, run_loop
 from rsi_common.kernel.runner import ToolRunner
@@ -64,15 +65,15 @@ def _contribute(rt: TurnRuntime, components: list[Component]) -> None:
 
 
 def _prepare(plan: TurnPlan, harness: Harness, client: ModelClient, *, record_world: bool, seed: int | None,
-             retry: RetryPolicy, sleep: Callable[[float], None],
-             cancelled: Callable[[], bool] | None) -> tuple[TurnRuntime, Hooks, ToolRunner | None]:
+             retry: RetryPolicy, sleep: Callable[[float], None], cancelled: Callable[[], bool] | None,
+             on_event: EventSink | None = None) -> tuple[TurnRuntime, Hooks, ToolRunner | None]:
     """Preparation in SPEC §7.1 order: components, model caller + ledger, config, runtime, contributed
     tools, world capture, tool runner."""
     components = instantiate(harness)
     hooks = Hooks.of(components)
     config = ModelConfig.from_plan(plan)
     caller = ModelCaller(client, Ledger(), retry=retry, sleep=sleep, cancelled=cancelled,
-                         max_turn_tokens=config.max_turn_tokens)
+                         max_turn_tokens=config.max_turn_tokens, on_event=on_event)
     rt = TurnRuntime(plan=plan, config=config, caller=caller, tools=build_registry(plan.tools),
                      components=components, harness_version=harness.version,
                      harness_name=harness.manifest.name, seed=seed,
@@ -183,6 +184,7 @@ def run_turn(
     retry: RetryPolicy | None = None,
     sleep: Callable[[float], None] = time.sleep,
     lineage: str | None = None,
+    on_event: EventSink | None = None,
 ) -> TurnResult:
     """Run one turn of K0 with ``harness`` (None → H0) and the policy ``client``.
 
@@ -193,11 +195,15 @@ def run_turn(
         record_world: capture a world (SPEC §4.1); hosts pass ``settings.record_world``, and False
             when the provider runs its own tool loop.
         seed: the request ``seed`` field (None on live turns; the trial index in replays).
-        cancelled: checked before every model call; True → status ``cancelled`` (replays).
+        cancelled: checked before every model call (and between streamed chunks); True → status
+            ``cancelled`` (replays, and a host that stopped a streamed turn).
         retry: model retries on transient errors (default 3 retries, 1 s / 2 s / 4 s).
         sleep: the backoff sleep (tests inject a no-op).
         lineage: trajectory lineage ``fixed | agent | h0`` (default: ``h0`` when ``harness`` is None,
             else ``agent``).
+        on_event: the host's event callback; with it the main calls stream and text, tool calls
+            and tool results reach the host as they happen (:mod:`rsi_common.kernel.events`). The
+            world, trajectory and answer are the same as without it.
 
     Returns:
         The :class:`TurnResult` (answer, status, world dict or None, trajectory, params read, c(τ) …).
@@ -208,6 +214,7 @@ def run_turn(
     """
     used = harness if harness is not None else h0()
     rt, hooks, runner = _prepare(plan, used, client, record_world=record_world, seed=seed,
-                                 retry=retry or RetryPolicy(), sleep=sleep, cancelled=cancelled)
+                                 retry=retry or RetryPolicy(), sleep=sleep, cancelled=cancelled,
+                                 on_event=on_event)
     end = run_loop(rt, hooks, runner)
     return _finish(rt, hooks, end, lineage or ("h0" if harness is None else "agent"))

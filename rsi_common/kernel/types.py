@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 TurnStatus = Literal["completed", "suspended", "blocked", "failed", "cancelled"]
-"""Turn status (SPEC §1.2, §7.3); ``cancelled`` happens only in replays."""
+"""Turn status (SPEC §1.2, §7.3); ``cancelled``: a cancelled replay, or a host that stopped its turn."""
 
 Action = Literal["continue", "complete", "suspend", "error", "escalate"]
 """The control decision (SPEC §5.6 *Control*)."""

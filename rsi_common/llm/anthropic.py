@@ -22,20 +22,28 @@ Response: ``text``, ``tool_use`` and ``thinking`` blocks (``redacted_thinking`` 
 ``{"type": "thinking", "thinking": "", "data"}``); other block types are dropped. Usage:
 ``input_tokens`` = input + cache read + cache write tokens (see :class:`~rsi_common.llm.base.Usage`),
 ``reasoning_tokens`` = ``output_tokens_details.thinking_tokens`` when reported.
+
+Streaming (:meth:`AnthropicClient.stream`, ``client.messages.stream``): text, thinking and
+tool-input JSON deltas are yielded as they arrive; the SDK's accumulated final message goes through
+the same :func:`from_wire`, so the response equals the plain call's. An ``error`` event in the
+stream, a dropped connection and a stream that ends before ``message_stop`` raise
+:class:`~rsi_common.errors.ModelTransientError`; statuses before the stream map as for ``create``.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anthropic as sdk
+import httpx
 
-from rsi_common.errors import ModelBadRequest
+from rsi_common.errors import ModelBadRequest, ModelError, ModelTransientError
 from rsi_common.llm.base import ModelRequest, ModelResponse, Usage
-from rsi_common.llm.retry import SdkErrors, call_with_retries, classify_sdk_error, client_credentials
+from rsi_common.llm.retry import SdkErrors, call_with_retries, classify_sdk_error, client_credentials, scrub
+from rsi_common.llm.streaming import ModelChunk, ResponseChunk, TextChunk, ThinkingChunk, ToolCallChunk
 
 if TYPE_CHECKING:
     from rsi_common.config import Settings
@@ -98,6 +106,52 @@ class AnthropicClient:
             lambda e: classify_sdk_error(e, "anthropic", _SDK_ERRORS, self._policy.secrets),
         )
         return from_wire(data, request.model or self.model)
+
+    def stream(self, request: ModelRequest) -> Iterator[ModelChunk]:
+        """Stream ``request`` (module docstring); no retries here (the kernel retries its calls)."""
+        params = to_wire(request, self.model)
+        final: dict[str, Any] | None = None
+        try:
+            with self._sdk.messages.stream(**params) as events:
+                tool_index: dict[int, int] = {}
+                for event in events:
+                    chunk = _chunk_of(event, tool_index)
+                    if chunk is not None:
+                        yield chunk
+                    if event.type == "message_stop":
+                        final = dict(events.get_final_message().to_dict(warnings=False))
+        except Exception as exc:
+            raise self._stream_error(exc) from None
+        if final is None:
+            raise ModelTransientError("anthropic: the stream ended before the message was complete")
+        yield ResponseChunk(from_wire(final, request.model or self.model))
+
+    def _stream_error(self, exc: Exception) -> Exception:
+        if isinstance(exc, ModelError):
+            return exc
+        if isinstance(exc, sdk.APIStatusError) and int(getattr(exc, "status_code", 0) or 0) < 400:
+            detail = scrub(str(getattr(exc, "message", exc)), self._policy.secrets)[:300]
+            return ModelTransientError(f"anthropic: error event in the stream: {detail}")
+        if isinstance(exc, httpx.TransportError):
+            return ModelTransientError(f"anthropic: the stream broke off ({type(exc).__name__})")
+        return classify_sdk_error(exc, "anthropic", _SDK_ERRORS, self._policy.secrets) or exc
+
+
+def _chunk_of(event: Any, tool_index: dict[int, int]) -> ModelChunk | None:
+    """The chunk of one stream event, or ``None``; ``tool_index`` numbers the tool_use blocks."""
+    if event.type == "content_block_start" and event.content_block.type == "tool_use":
+        tool_index[event.index] = len(tool_index)
+        return ToolCallChunk(tool_index[event.index], event.content_block.id, event.content_block.name)
+    if event.type != "content_block_delta":
+        return None
+    delta = event.delta
+    if delta.type == "text_delta":
+        return TextChunk(delta.text)
+    if delta.type == "thinking_delta":
+        return ThinkingChunk(delta.thinking)
+    if delta.type == "input_json_delta" and event.index in tool_index:
+        return ToolCallChunk(tool_index[event.index], arguments=delta.partial_json)
+    return None
 
 
 def thinking_config(level: str | None, max_tokens: int) -> dict[str, Any] | None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rsi_common.config import ROLES
-from rsi_common.errors import InvalidInput, SettingsError
+from rsi_common.errors import InvalidInput, ModelAuthError, SettingsError
 from rsi_common.llm.base import ROLE_NAMES, ModelClient
+from rsi_common.llm.presets import PRESETS, preset, preset_key
 
 if TYPE_CHECKING:
     from rsi_common.config import Settings
@@ -34,15 +35,17 @@ def make_client(
     retry themselves; clients of the consolidation roles retry ``settings.model_max_retries`` times.
 
     Args:
-        provider: ``sim``, ``anthropic`` or ``openai``.
+        provider: ``sim``, ``anthropic``, ``openai`` or a preset of :mod:`rsi_common.llm.presets`
+            (``ollama``, ``groq``, …: the OpenAI client on the preset's URL and key).
         model: Model name (the sim accepts any).
         settings: Keys, base URLs, timeouts, retries and the sim's knobs come from here only.
         role: One of :data:`ROLE_NAMES`; the sim behaves as this role, real clients ignore it.
         base_url: Endpoint override; default the provider's base URL setting.
 
     Raises:
-        InvalidInput: Unknown provider or role.
-        ModelAuthError: A real provider without a key in settings and no custom ``base_url``.
+        InvalidInput: Unknown provider (the message lists the known ones) or role.
+        ModelAuthError: A real provider without a key in settings (a preset: in its key variable)
+            and no custom ``base_url``.
     """
     if role not in ROLE_NAMES:
         raise InvalidInput(f"unknown model role {role!r}; expected one of {', '.join(ROLE_NAMES)}")
@@ -59,7 +62,17 @@ def make_client(
         from rsi_common.llm.openai import OpenAIClient
 
         return OpenAIClient(model, settings, base_url=base_url, max_retries=retries)
-    raise InvalidInput(f"unknown model provider {provider!r}; expected sim, anthropic or openai")
+    if provider in PRESETS:
+        from rsi_common.llm.openai import OpenAIClient
+
+        found = preset(provider)
+        key = preset_key(found)
+        if found.key_env is not None and key is None and base_url is None:
+            raise ModelAuthError(f"{provider}: no API key is configured; set {found.key_env}")
+        return OpenAIClient(model, settings, base_url=base_url or found.base_url, max_retries=retries,
+                            api_key=key, provider=provider)
+    preset(str(provider))  # raises, listing every known provider
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 KERNEL_ROLES = ("policy", "compact")

@@ -23,20 +23,36 @@ a JSON object → ``{"_raw_arguments": str}``), a server's ``reasoning_content``
 ``content_filter`` → ``end_turn``/``tool_use``/``max_tokens``/``refusal``. Usage: ``prompt_tokens``
 (which already include cached tokens), ``completion_tokens``,
 ``prompt_tokens_details.cached_tokens`` → cache reads, ``completion_tokens_details.reasoning_tokens``.
+
+Streaming (:meth:`OpenAIClient.stream`, ``chat.completions.create(stream=True)`` with
+``stream_options.include_usage``): content and reasoning deltas are yielded as they arrive, tool
+calls are assembled from their deltas by ``index``, usage is read from the final usage chunk; the
+assembled completion goes through the same :func:`from_wire`, so the response equals the plain
+call's. An error in the stream, a dropped connection and a stream without a ``finish_reason`` raise
+:class:`~rsi_common.errors.ModelTransientError`.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import openai as sdk
 
-from rsi_common.errors import ModelBadRequest
+from rsi_common.errors import ModelBadRequest, ModelError, ModelTransientError
 from rsi_common.llm.base import ModelRequest, ModelResponse, Usage
-from rsi_common.llm.retry import SdkErrors, call_with_retries, classify_sdk_error, client_credentials
+from rsi_common.llm.retry import SdkErrors, call_with_retries, classify_sdk_error, client_credentials, scrub
+from rsi_common.llm.streaming import (
+    ModelChunk,
+    ResponseChunk,
+    TextChunk,
+    ThinkingChunk,
+    ToolCallAssembler,
+    ToolCallChunk,
+)
 
 if TYPE_CHECKING:
     from rsi_common.config import Settings
@@ -57,6 +73,8 @@ class OpenAIClient:
         settings: Key (``RSI_OPENAI_API_KEY``), base URL, timeout and retry settings.
         base_url: Endpoint override (a role's ``base_url``); default ``settings.openai_base_url``.
         sleep: Sleep function of the retry backoff (tests inject one).
+        api_key: Key to use instead of the setting (a provider preset's key).
+        provider: Name of the service in messages and records (a preset's name; default ``openai``).
 
     Raises:
         ModelAuthError: No key in settings and no custom base URL (local servers need none).
@@ -72,10 +90,13 @@ class OpenAIClient:
         base_url: str | None = None,
         sleep: Callable[[float], None] = time.sleep,
         max_retries: int | None = None,
+        api_key: str | None = None,
+        provider: str = "openai",
     ) -> None:
         self.model = model
+        self.provider = provider
         key, url, self._policy = client_credentials(
-            "openai", settings, base_url, max_retries=max_retries, sleep=sleep
+            "openai", settings, base_url, max_retries=max_retries, sleep=sleep, api_key=api_key
         )
         self._official = url is None
         self._sdk = sdk.OpenAI(
@@ -96,9 +117,84 @@ class OpenAIClient:
         data = call_with_retries(
             attempt,
             self._policy,
-            lambda e: classify_sdk_error(e, "openai", _SDK_ERRORS, self._policy.secrets),
+            lambda e: classify_sdk_error(e, self.provider, _SDK_ERRORS, self._policy.secrets),
         )
         return from_wire(data, request.model or self.model)
+
+    def stream(self, request: ModelRequest) -> Iterator[ModelChunk]:
+        """Stream ``request`` (module docstring); no retries here (the kernel retries its calls)."""
+        params = to_wire(request, self.model, official=self._official)
+        params.update(stream=True, stream_options={"include_usage": True})
+        state = _StreamState()
+        try:
+            with self._sdk.chat.completions.create(**params) as chunks:
+                for chunk in chunks:
+                    yield from state.add(chunk.to_dict(warnings=False))
+        except Exception as exc:
+            raise self._stream_error(exc) from None
+        if state.finish is None:
+            raise ModelTransientError(f"{self.provider}: the stream ended before the completion was complete")
+        yield ResponseChunk(from_wire(state.body(), request.model or self.model))
+
+    def _stream_error(self, exc: Exception) -> Exception:
+        if isinstance(exc, ModelError):
+            return exc
+        known = classify_sdk_error(exc, self.provider, _SDK_ERRORS, self._policy.secrets)
+        if known is not None:
+            return known
+        if isinstance(exc, httpx.TransportError):
+            return ModelTransientError(f"{self.provider}: the stream broke off ({type(exc).__name__})")
+        if isinstance(exc, sdk.APIError):  # an error object in the stream
+            detail = scrub(str(getattr(exc, "message", exc)), self._policy.secrets)[:300]
+            return ModelTransientError(f"{self.provider}: error in the stream: {detail}")
+        return exc
+
+
+class _StreamState:
+    """What the chunks of one streamed completion add up to."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.tools = ToolCallAssembler()
+        self.finish: str | None = None
+        self.usage: dict[str, Any] = {}
+        self.model = ""
+
+    def add(self, data: dict[str, Any]) -> Iterator[ModelChunk]:
+        """Fold in one chunk; yield what it carries for the host."""
+        self.model = str(data.get("model") or self.model)
+        if data.get("usage"):
+            self.usage = dict(data["usage"])
+        for choice in (data.get("choices") or [])[:1]:
+            delta = choice.get("delta") or {}
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(thought, str) and thought:
+                self.reasoning.append(thought)
+                yield ThinkingChunk(thought)
+            if delta.get("content"):
+                self.text.append(str(delta["content"]))
+                yield TextChunk(str(delta["content"]))
+            for call in delta.get("tool_calls") or []:
+                fn = call.get("function") or {}
+                piece = ToolCallChunk(int(call.get("index") or 0), str(call.get("id") or ""),
+                                      str(fn.get("name") or ""), str(fn.get("arguments") or ""))
+                self.tools.add(piece)
+                yield piece
+            if choice.get("finish_reason"):
+                self.finish = str(choice["finish_reason"])
+
+    def body(self) -> dict[str, Any]:
+        """The completion body the chunks add up to (what :func:`from_wire` reads)."""
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text) or None}
+        if self.reasoning:
+            message["reasoning_content"] = "".join(self.reasoning)
+        calls = [{"id": c["id"], "type": "function",
+                  "function": {"name": c["name"], "arguments": c["arguments"]}} for c in self.tools.done()]
+        if calls:
+            message["tool_calls"] = calls
+        choice = {"index": 0, "message": message, "finish_reason": self.finish}
+        return {"model": self.model, "choices": [choice], "usage": self.usage}
 
 
 def to_wire(request: ModelRequest, default_model: str, *, official: bool = True) -> dict[str, Any]:

@@ -66,15 +66,16 @@ class RetryPolicy:
 
 def client_credentials(
     provider: str, settings: Settings, base_url: str | None, *, max_retries: int | None,
-    sleep: Callable[[float], None],
+    sleep: Callable[[float], None], api_key: str | None = None,
 ) -> tuple[str, str | None, RetryPolicy]:
-    """``(key, url, retry policy)`` of a real client, from settings only.
+    """``(key, url, retry policy)`` of a real client, from settings (or the ``api_key`` given: a
+    provider preset's key, docs/host/agent.md#providers).
 
     A custom base URL without a key gets a placeholder key (local servers and proxies that need
     none). Raises :class:`ModelAuthError` when neither a key nor a base URL is configured.
     """
     url = base_url or getattr(settings, f"{provider}_base_url")
-    key = settings.api_key(provider)
+    key = api_key or settings.api_key(provider)
     if not key:
         if url is None:
             setting = f"RSI_{provider.upper()}_API_KEY"

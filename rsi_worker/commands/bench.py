@@ -32,6 +32,31 @@ def bench_replay_cmd(
     Console().print(table)
 
 
+@bench.command("stream")
+def bench_stream_cmd(
+    n: int = typer.Option(200, "--n", min=1, help="Streamed turns per measurement."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Latency streaming adds between the model's first chunk and the host's first event (sim, latency 0)."""
+    import json
+
+    from rsi_worker.bench.stream import bench_stream
+
+    report = bench_stream(n)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"rsi bench stream (n={n}, target median added latency < 5 ms)")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in report.items():
+        table.add_row(key, str(value))
+    Console().print(table)
+
+
 @bench.command("ingest")
 def bench_ingest_cmd(
     turns: int = typer.Option(10_000, "--turns", min=1, help="Timed record_turn calls per thread count."),

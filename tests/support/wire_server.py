@@ -1,10 +1,13 @@
 """A local HTTP server that speaks the Anthropic and OpenAI wire formats, for client tests.
 
 It serves ``POST /v1/messages`` (Anthropic Messages) and ``POST /v1/chat/completions`` (OpenAI Chat
-Completions). Each path has a queue of scripted :class:`Reply` objects, consumed in order; when a
-queue is empty the optional ``responder`` answers (so long runs — whole consolidations — can plug
-in a function of the request body), else the server answers HTTP 400 "no scripted reply". Every
-request is recorded (path, lower-cased headers, JSON body) in :attr:`WireServer.received`.
+Completions), plain or as server-sent events (a :class:`Reply` with ``events``: see
+:func:`anthropic_stream` and :func:`openai_stream`; a stream can be cut after some events by a clean
+end of the body or a connection reset, or paused until the test releases it). Each path has a queue
+of scripted :class:`Reply` objects, consumed in order; when a queue is empty the optional
+``responder`` answers (so long runs — whole consolidations — can plug in a function of the request
+body), else the server answers HTTP 400 "no scripted reply". Every request is recorded (path, lower-
+cased headers, JSON body) in :attr:`WireServer.received`.
 
 Usage::
 
@@ -21,13 +24,15 @@ Point the Anthropic SDK at :attr:`WireServer.anthropic_base_url` and the OpenAI 
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "ANTHROPIC",
@@ -37,24 +42,43 @@ __all__ = [
     "WireServer",
     "anthropic_error",
     "anthropic_message",
+    "anthropic_stream",
     "anthropic_text",
     "anthropic_tool_use",
     "openai_completion",
     "openai_error",
+    "openai_stream",
+    "pieces",
 ]
 
 ANTHROPIC = "/v1/messages"
 OPENAI = "/v1/chat/completions"
 
 
+SseEvent = tuple[str | None, Any]
+"""``(event name or None, data)``; data that is not a string is sent as JSON."""
+
+
 @dataclass(frozen=True)
 class Reply:
-    """One scripted HTTP reply: ``status``, JSON ``body``, extra ``headers``, a ``delay_s`` before it."""
+    """One scripted HTTP reply: ``status``, JSON ``body``, extra ``headers``, a ``delay_s`` before it.
+
+    A reply with ``events`` is a server-sent-events stream instead of a body: the events are
+    written one by one (flushed each); with ``cut_after`` only that many are sent and the
+    connection ends — ``cut="eof"`` a clean end of the body, ``"reset"`` a TCP reset; with
+    ``pause_after`` the server waits after that many events until ``release`` is set (a test of
+    cancellation sets it once the client is gone), then sends the rest.
+    """
 
     status: int = 200
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    events: tuple[SseEvent, ...] | None = None
+    cut_after: int | None = None
+    cut: Literal["eof", "reset"] = "eof"
+    pause_after: int | None = None
+    release: threading.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +103,10 @@ class WireServer:
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.sent_events = 0
+        """Server-sent events written so far (all streams)."""
+        self.broken_streams = 0
+        """Streams whose client went away before every event was written."""
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -172,6 +200,9 @@ def _handler_for(server: WireServer) -> type[BaseHTTPRequestHandler]:
             reply = server._next(Received(path=path, headers=headers, body=body))
             if reply.delay_s > 0:
                 time.sleep(reply.delay_s)
+            if reply.events is not None:
+                self._stream(reply)
+                return
             data = json.dumps(reply.body if reply.body is not None else {}).encode("utf-8")
             try:
                 self.send_response(reply.status)
@@ -183,6 +214,33 @@ def _handler_for(server: WireServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(data)
             except OSError:  # the client gave up (timeout test)
                 pass
+
+        def _stream(self, reply: Reply) -> None:
+            try:
+                self.send_response(reply.status)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("cache-control", "no-cache")
+                for k, v in reply.headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.flush()
+                assert reply.events is not None
+                for i, (event, data) in enumerate(reply.events):
+                    if reply.cut_after is not None and i >= reply.cut_after:
+                        if reply.cut == "reset":  # RST instead of FIN: the client sees a broken connection
+                            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                       struct.pack("ii", 1, 0))
+                        self.close_connection = True
+                        return
+                    if reply.pause_after is not None and i == reply.pause_after and reply.release is not None:
+                        reply.release.wait(10)
+                    text = data if isinstance(data, str) else json.dumps(data)
+                    frame = (f"event: {event}\n" if event else "") + f"data: {text}\n\n"
+                    self.wfile.write(frame.encode("utf-8"))
+                    self.wfile.flush()
+                    server.sent_events += 1
+            except OSError:  # the client went away (cancellation test)
+                server.broken_streams += 1
 
         def log_message(self, format: str, *args: Any) -> None:
             return
@@ -269,3 +327,85 @@ def openai_completion(
 def openai_error(status: int, message: str, kind: str = "server_error") -> Reply:
     """An OpenAI error reply."""
     return Reply(status=status, body={"error": {"message": message, "type": kind, "code": None}})
+
+
+# --- streams --------------------------------------------------------------------------------------
+
+
+def pieces(text: str, size: int) -> list[str]:
+    """``text`` cut into pieces of ``size`` characters (at least one piece)."""
+    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+
+
+def anthropic_stream(
+    content: list[dict[str, Any]],
+    *,
+    piece_chars: int = 4,
+    usage: dict[str, Any] | None = None,
+    model: str = "claude-test",
+    stop_reason: str | None = None,
+) -> tuple[SseEvent, ...]:
+    """The Messages API stream of ``content`` (text and tool_use blocks): text and tool input JSON
+    cut into ``piece_chars`` pieces; input usage in ``message_start``, output usage in
+    ``message_delta`` (the protocol's split)."""
+    u = usage or {"input_tokens": 10, "output_tokens": 5}
+    if stop_reason is None:
+        stop_reason = "tool_use" if any(b.get("type") == "tool_use" for b in content) else "end_turn"
+    start_usage = {k: v for k, v in u.items() if k != "output_tokens"} | {"output_tokens": 1}
+    events: list[SseEvent] = [("message_start", {"type": "message_start", "message": {
+        "id": "msg_test", "type": "message", "role": "assistant", "model": model, "content": [],
+        "stop_reason": None, "stop_sequence": None, "usage": start_usage}})]
+    for i, block in enumerate(content):
+        if block["type"] == "text":
+            events.append(("content_block_start", {"type": "content_block_start", "index": i,
+                                                   "content_block": {"type": "text", "text": ""}}))
+            events += [("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                "delta": {"type": "text_delta", "text": p}})
+                       for p in pieces(block["text"], piece_chars)]
+        else:
+            start = {"type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}
+            events.append(("content_block_start", {"type": "content_block_start", "index": i,
+                                                   "content_block": start}))
+            events += [("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                "delta": {"type": "input_json_delta", "partial_json": p}})
+                       for p in pieces(json.dumps(block["input"]), piece_chars)]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    events.append(("message_delta", {"type": "message_delta",
+                                     "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                                     "usage": {"output_tokens": u["output_tokens"]}}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return tuple(events)
+
+
+def openai_stream(
+    text: str | None = None,
+    *,
+    tool_calls: list[tuple[str, str, dict[str, Any]]] | None = None,
+    piece_chars: int = 4,
+    usage: dict[str, Any] | None = None,
+    model: str = "gpt-test",
+    finish_reason: str | None = None,
+) -> tuple[SseEvent, ...]:
+    """The Chat Completions stream of a reply: content and each tool call's arguments cut into
+    ``piece_chars`` pieces (a call's first delta carries its id and name), then the finish reason,
+    a usage-only chunk (``stream_options.include_usage``) and ``[DONE]``."""
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> SseEvent:
+        return (None, {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0, "model": model,
+                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]})
+
+    events: list[SseEvent] = [chunk({"role": "assistant", "content": ""})]
+    if text:
+        events += [chunk({"content": p}) for p in pieces(text, piece_chars)]
+    for index, (call_id, name, args) in enumerate(tool_calls or []):
+        parts = pieces(json.dumps(args), piece_chars)
+        events.append(chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function",
+                                             "function": {"name": name, "arguments": parts[0]}}]}))
+        events += [chunk({"tool_calls": [{"index": index, "function": {"arguments": p}}]}) for p in parts[1:]]
+    if finish_reason is None:
+        finish_reason = "tool_calls" if tool_calls else "stop"
+    events.append(chunk({}, finish_reason))
+    used = usage or {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    events.append((None, {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0,
+                          "model": model, "choices": [], "usage": used}))
+    events.append((None, "[DONE]"))
+    return tuple(events)

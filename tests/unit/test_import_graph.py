@@ -280,6 +280,8 @@ RSI_COMMON_NEVER: tuple[tuple[str, str, str], ...] = (
     ("rsi_common.llm.base", "rsi_common.llm", "the interface knows no implementation"),
     ("rsi_common.llm.sim", "rsi_common.llm.factory", "an implementation does not build clients"),
     ("rsi_common.kernel.runtime", "rsi_common.kernel.components", "components take the runtime"),
+    ("rsi_common.kernel.events", "rsi_common", "the events of a streamed turn are plain values"),
+    ("rsi_common.llm.streaming", "rsi_common.llm.factory", "streaming knows no implementation"),
 )
 """``(source prefix, target prefix, why)``: no module under the first imports one under the second
 (a module's imports of its own prefix excepted)."""
@@ -295,3 +297,15 @@ def test_rsi_common_layers(source: str, target: str, why: str) -> None:
     wrong = [e for m, es in g.edges.items() if under(m, source) for e in es
              if under(e.target, target) and not under(e.target, source)]
     assert not wrong, why + ":\n" + "\n".join(map(str, wrong))
+
+
+def test_only_the_package_root_imports_the_agent() -> None:
+    """``rsi_common.agent`` is the top floor of ``rsi_common`` (docs/dev/layout.md): the host's façade
+    stands on the host clients, the kernel and the database; nothing of them stands on it. The
+    package root's lazy ``Agent`` attribute is the one way in."""
+    g = graph()
+    wrong = [e for m, es in g.edges.items() if m.startswith("rsi_common") and m != "rsi_common"
+             and not m.startswith("rsi_common.agent") for e in es
+             if e.target == "rsi_common.agent" or e.target.startswith("rsi_common.agent.")]
+    assert not wrong, "\n".join(map(str, wrong))
+    assert "rsi_common.agent" in {e.target for e in g.edges["rsi_common"]}

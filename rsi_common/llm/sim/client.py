@@ -15,16 +15,21 @@ One call, in order:
    (:mod:`~rsi_common.llm.sim.registry`). A request whose system prompt starts with
    :data:`~rsi_common.llm.base.COMPACTION_MARKER` is answered by the ``compact`` behaviour whatever
    the role.
-5. **Usage**: input tokens = ``ceil((len(system) + len(canonical JSON of messages) + len(canonical
+5. **Streaming** (:meth:`SimClient.stream`): the same answer as ``complete``, after the same sleep,
+   cut deterministically: text into words (each with its trailing spaces), a tool call's arguments
+   into pieces of :data:`ARG_PIECE_CHARS` characters, then the whole response.
+6. **Usage**: input tokens = ``ceil((len(system) + len(canonical JSON of messages) + len(canonical
    JSON of tools, 0 when none)) / 4)``; output tokens = ``ceil(chars of the reply / 4)`` where a
    text block counts its text and a ``tool_use`` block the canonical JSON of ``{"input", "name"}``.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from rsi_common.config import SimConfig
@@ -39,8 +44,29 @@ from rsi_common.llm.base import (
 )
 from rsi_common.llm.sim.core import SimCall, SimHandler, seed_of
 from rsi_common.llm.sim.registry import SIM_ROLES, behaviour
+from rsi_common.llm.streaming import ModelChunk, ResponseChunk, TextChunk, ToolCallChunk
 
-__all__ = ["SimClient", "call_seed", "input_tokens", "output_tokens"]
+__all__ = ["ARG_PIECE_CHARS", "SimClient", "call_seed", "input_tokens", "output_tokens", "sim_chunks"]
+
+ARG_PIECE_CHARS = 8
+"""Characters of a tool call's argument JSON per streamed piece."""
+_WORD = re.compile(r"\s*\S+\s*|\s+")
+
+
+def sim_chunks(response: ModelResponse) -> Iterator[ModelChunk]:
+    """The deterministic chunks of a sim reply (module docstring, step 5), without the final one."""
+    index = 0
+    for block in response.content:
+        if block.get("type") == "text":
+            for word in _WORD.findall(str(block.get("text", ""))):
+                yield TextChunk(word)
+        elif block.get("type") == "tool_use":
+            args = json.dumps(block.get("input") or {}, ensure_ascii=False)
+            yield ToolCallChunk(index, str(block.get("id", "")), str(block.get("name", "")),
+                                args[:ARG_PIECE_CHARS])
+            for start in range(ARG_PIECE_CHARS, len(args), ARG_PIECE_CHARS):
+                yield ToolCallChunk(index, arguments=args[start:start + ARG_PIECE_CHARS])
+            index += 1
 
 
 def call_seed(global_seed: int, role: str, request: ModelRequest) -> bytes:
@@ -123,3 +149,10 @@ class SimClient:
         return ModelResponse(
             content=content, usage=usage, stop_reason=stop, model=request.model or self.model
         )
+
+    def stream(self, request: ModelRequest) -> Iterator[ModelChunk]:
+        """Answer ``request`` in deterministic chunks (module docstring, step 5); same errors as
+        :meth:`complete`, raised before the first chunk."""
+        response = self.complete(request)
+        yield from sim_chunks(response)
+        yield ResponseChunk(response)

@@ -148,7 +148,8 @@ def test_complete_json_retries_then_fails_clearly() -> None:
 
 
 def test_make_client_rejects_unknown_provider() -> None:
-    with pytest.raises(InvalidInput, match="unknown model provider"):
+    known = "known: sim, anthropic, openai, vllm, ollama"
+    with pytest.raises(InvalidInput, match=f"unknown provider 'llamafile'; {known}"):
         make_client("llamafile", "m", Settings())
 
 
