@@ -91,7 +91,7 @@ MAX_ID_CHARS = 128
 ID_CHARS = "A-Z a-z 0-9 . _ : @ + = -"
 """The characters of an id, for messages and docs."""
 MAX_SAFE_INT = 2**53 - 1
-"""Largest integer magnitude anywhere in stored JSON (I-JSON, RFC 7493 §2.2)."""
+"""Largest integer magnitude anywhere in stored JSON (I-JSON, RFC 7493 docs/algorithm/formulas.md §2.2)."""
 MAX_INT32 = 2**31 - 1
 """Largest value of an ``INTEGER`` column (PostgreSQL's range; SQLite's is wider)."""
 MAX_DEFECTS = 50

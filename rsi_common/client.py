@@ -1,4 +1,5 @@
-"""Host API (SPEC §3.12): record turns and signals, read the current harness, manage versions.
+"""Host API (docs/algorithm/consolidation.md §3.12): record turns and signals, read the current harness,
+manage versions.
 
 Usage::
 
@@ -81,7 +82,7 @@ Dispatched = Literal["enqueued", "pending", "deferred", "frozen", "skipped", "of
 CANCELLED_NOT_RECORDED = "not recorded: the turn was cancelled"
 """``record_error`` of a cancelled turn (nothing of it is stored)."""
 OWN_LOOP_REASON = "provider runs its own loop"
-"""Reason of the ``skipped`` run row of an own-loop turn (SPEC §3.12.4)."""
+"""Reason of the ``skipped`` run row of an own-loop turn (docs/algorithm/consolidation.md §3.12.4)."""
 TRAJECTORY_RETENTION = 1_000
 """Trajectory rows kept per agent (project decision; the spec sets no bound)."""
 REDIS_TIMEOUT_S = 1.0
@@ -206,7 +207,8 @@ class AgentInfo:
 
 @dataclass(frozen=True)
 class VersionInfo:
-    """One stored harness version with its provenance (SPEC §3.12.10) and the lessons it learned
+    """One stored harness version with its provenance (docs/algorithm/consolidation.md §3.12.10) and the
+    lessons it learned
     (``{world_id, lesson, run_id}``); its regression set is its own lessons and its ancestors'."""
 
     version: str
@@ -343,7 +345,8 @@ class RsiClient:
     # --- recording --------------------------------------------------------------------------------
 
     def record_turn(self, agent_id: str, turn: TurnResult | dict[str, Any]) -> RecordedTurn:
-        """Store a finished turn and trigger the agent's consolidation (SPEC §3.12.1, §3.12.4).
+        """Store a finished turn and trigger the agent's consolidation
+        (docs/algorithm/consolidation.md §3.12.1, §3.12.4).
 
         In one transaction (docs/performance/record-path.md): the agent is created if new (and
         locked), the world is stored (``seq`` = max in the conversation + 1), the trajectory is
@@ -465,7 +468,8 @@ class RsiClient:
     # --- the current harness ----------------------------------------------------------------------
 
     def current_harness(self, agent_id: str) -> Harness:
-        """The harness the agent's next turn must use (SPEC §5.4, §3.12.9).
+        """The harness the agent's next turn must use (docs/formats.md §5.4,
+        docs/algorithm/consolidation.md §3.12.9).
 
         ``RSI_HARNESS_DIR`` (admin pin) wins; else the payload of the agent's ``current_version``;
         else H0 — also for an agent never seen (its first turn runs with H0). Cached per process
@@ -543,7 +547,8 @@ class RsiClient:
     def rollback(self, agent_id: str, version: str | None) -> AgentInfo:
         """Make a stored ``version`` (``None`` or ``H0_VERSION`` = H0) current from the next turn.
 
-        A run going meanwhile will not adopt (SPEC §3.12.7 b). Publishes the invalidation.
+        A run going meanwhile will not adopt (docs/algorithm/consolidation.md §3.12.7 b). Publishes the
+        invalidation.
 
         Raises:
             UnknownAgentError: no such agent.
@@ -708,7 +713,7 @@ class RsiClient:
                  cancelled: Callable[[], bool] | None = None) -> TurnResult:
         """Resolve the harness, run one kernel turn with it, record the turn, return the result.
 
-        The harness is resolved once, before the turn, and used for the whole turn (ARCHITECTURE
+        The harness is resolved once, before the turn, and used for the whole turn (docs/architecture.md
         invariant 1): a change published meanwhile applies from the next turn. World capture
         follows ``RSI_RECORD_WORLD``; model retries follow the settings; an unreachable Redis or
         broker defers the trigger.

@@ -1,12 +1,12 @@
 """Settings: loaded once into one validated object and passed in explicitly.
 
-Every setting is an environment variable with the prefix ``RSI_`` (SPEC §1.6):
+Every setting is an environment variable with the prefix ``RSI_`` (docs/algorithm/formulas.md §1.6):
 
 * plain fields: ``RSI_<FIELD>`` (``RSI_DATABASE_URL``, ``RSI_LEASE_S``, …);
-* sim model (SIM.md §1): ``RSI_SIM_<FIELD>`` (``RSI_SIM_LATENCY_MS``);
-* role models (SPEC §1.6): ``RSI_ROLE_<ROLE>_MODEL`` / ``RSI_ROLE_<ROLE>_PROVIDER`` /
+* sim model (docs/formats.md#sim-1-configuration): ``RSI_SIM_<FIELD>`` (``RSI_SIM_LATENCY_MS``);
+* role models (docs/algorithm/formulas.md §1.6): ``RSI_ROLE_<ROLE>_MODEL`` / ``RSI_ROLE_<ROLE>_PROVIDER`` /
   ``RSI_ROLE_<ROLE>_BASE_URL`` for ``JUDGE``, ``SIGNAL``, ``ANALYST``, ``PROPOSER``, ``CRITIC``;
-* consolidation parameters (SPEC §1.4): ``RSI_CONSOLIDATION__<FIELD>``.
+* consolidation parameters (docs/algorithm/formulas.md §1.4): ``RSI_CONSOLIDATION__<FIELD>``.
 
 An ``RSI_*`` variable that names no setting is an error (:class:`~rsi_common.errors.SettingsError`),
 so a misspelt setting is never silently dropped. No module reads the environment at import time:
@@ -67,7 +67,7 @@ class _Frozen(BaseModel):
 
 
 class SimConfig(_Frozen):
-    """The offline sim model's knobs (SIM.md §1)."""
+    """The offline sim model's knobs (docs/formats.md#sim-1-configuration)."""
 
     latency_ms: float = Field(0.0, ge=0)
     """Sleep per call, in milliseconds."""
@@ -100,7 +100,7 @@ class RoleModel(_Frozen):
 
 
 class RoleModels(_Frozen):
-    """Per-role model overrides (SPEC §1.6)."""
+    """Per-role model overrides (docs/algorithm/formulas.md §1.6)."""
 
     judge: RoleModel = RoleModel()
     signal: RoleModel = RoleModel()
@@ -124,7 +124,7 @@ DEFAULT_CEILINGS: dict[str, float] = {
 
 
 class ConsolidationParams(_Frozen):
-    """Defaults for turn consolidation (SPEC §1.4)."""
+    """Defaults for turn consolidation (docs/algorithm/formulas.md §1.4)."""
 
     m: int = Field(2, ge=1, le=8)
     """Candidates per round; variant labels A, B, … in order."""
@@ -204,12 +204,14 @@ class ConsolidationParams(_Frozen):
         return self
 
     def rrsi(self) -> RRSIParams:
-        """The RRSI parameters of consolidation (SPEC §1.4): the same ``T, k, m, b_min, b_max, w,
+        """The RRSI parameters of consolidation (docs/algorithm/formulas.md §1.4): the same ``T, k, m, b_min,
+        b_max, w,
         m_draft, delta_z, beta0, beta1, w_s, w_c, w_n, n_prune, invalid_missing_frac`` and
         ``delta=None`` (consolidation calibrates δ every run).
 
         Raises:
-            InvalidInput: the combination breaks a constraint of SPEC §1.3 (e.g. ``b_min > b_max``
+            InvalidInput: the combination breaks a constraint of docs/algorithm/formulas.md §1.3 (e.g.
+            ``b_min > b_max``
                 or ``m_draft > m``).
         """
         return RRSIParams(
@@ -221,7 +223,8 @@ class ConsolidationParams(_Frozen):
 
 
 class Settings(BaseSettings):
-    """All settings of a host process or a worker (SPEC §1.6, ARCHITECTURE §5)."""
+    """All settings of a host process or a worker (docs/algorithm/formulas.md §1.6,
+    docs/architecture.md#5-modes)."""
 
     model_config = SettingsConfigDict(
         env_prefix="RSI_",
@@ -241,7 +244,8 @@ class Settings(BaseSettings):
     home: Path = Path(".rsi")
     """Directory of embedded-mode state (SQLite file, private redis-server socket)."""
     mode: Literal["production", "paper"] = "production"
-    """Mode of the offline loops (SPEC §1.5); consolidation always judges in production mode."""
+    """Mode of the offline loops (docs/algorithm/formulas.md §1.5); consolidation always judges in production
+    mode."""
 
     lease_s: int = Field(60, ge=1)
     """Per-agent lease TTL in seconds; renewed by every task of a run."""
@@ -254,9 +258,9 @@ class Settings(BaseSettings):
     harness_cache_ttl_s: float = Field(15.0, ge=0)
     """Host-side per-process cache of the current harness, in seconds."""
     harness_dir: str | None = None
-    """Admin pin: a harness directory or ``builtin:<name>`` (SPEC §5.4)."""
+    """Admin pin: a harness directory or ``builtin:<name>`` (docs/formats.md §5.4)."""
     record_world: bool = True
-    """World capture on/off (SPEC §4.1)."""
+    """World capture on/off (docs/formats.md §4.1)."""
 
     default_provider: ProviderName = "sim"
     """Provider of an agent whose turns name none."""
@@ -438,7 +442,8 @@ def settings_reference() -> list[tuple[str, str, str]]:
                       + ", ".join(r.upper() for r in ROLES) + "; default: the agent's own model.")
                      for k, f in RoleModel.model_fields.items()]
         elif name == "consolidation":
-            rows += [(f"RSI_CONSOLIDATION__{k.upper()}", default_text(f), f.description or "SPEC §1.4")
+            rows += [(f"RSI_CONSOLIDATION__{k.upper()}", default_text(f), f.description or
+            "docs/algorithm/formulas.md §1.4")
                      for k, f in ConsolidationParams.model_fields.items()]
         else:
             rows.append((f"RSI_{name.upper()}", default_text(info), info.description or ""))

@@ -1,4 +1,5 @@
-"""Redis coordination protocol (ARCHITECTURE §3): the whole key schema and its Lua scripts.
+"""Redis coordination protocol (docs/protocol.md#redis-key-protocol): the whole key schema and its Lua
+scripts.
 
 Redis holds only coordination; the durable truth is SQL. Every multi-key update is one Lua script,
 so it is atomic on a single Redis server. The same scripts run on a real ``redis-server`` and on
@@ -10,7 +11,8 @@ Keys (``{agent}``, ``{run}``, ``{cand}`` are format fields; values are UTF-8 str
 ``rsi:{agent}:lease``             token of the run holding the agent's lease; TTL ``lease_s``, renewed
 ``rsi:{agent}:pending``           io id of the newest turn that finished while the lease was held; no TTL
 ``rsi:{agent}:fence``             the agent's fence counter; no TTL (see *Fences*)
-``rsi:run:{run}:bound:{cand}``    hash ``A``, ``B``, ``R`` (integers, SPEC §2.10) and ``S_star``,
+``rsi:run:{run}:bound:{cand}``    hash ``A``, ``B``, ``R`` (integers, docs/algorithm/formulas.md §2.10) and
+``S_star``,
                                   ``delta``, ``S_t`` (``repr`` floats); TTL ``run_ttl_s``
 ``rsi:run:{run}:slots:{cand}``    set of trial slots already counted (redelivery safety); TTL ``run_ttl_s``
 ``rsi:run:{run}:cancel:{cand}``   ``"1"`` once the candidate provably cannot pass the floor; TTL ``run_ttl_s``
@@ -23,14 +25,16 @@ The sweeper iterates the agents that have a lease or a pending mark with :meth:`
 the suffix, whatever characters it holds).
 
 Pub/sub channel :data:`HARNESS_CHANNEL` (``rsi:harness``): message = agent id, published on every
-adopt, rollback, pin or clone (SPEC §3.12.9). Run keys expire ``run_ttl_s`` after their last write
+adopt, rollback, pin or clone (docs/algorithm/consolidation.md §3.12.9). Run keys expire ``run_ttl_s`` after
+their last write
 and :meth:`Coordinator.cleanup_run` deletes them at the end of a run. Redis Cluster is not
 supported (the scripts' keys carry no hash tags); a single server or Sentinel is.
 
 **Leases.** :meth:`Coordinator.try_begin` takes the lease with ``SET NX PX`` and issues the next
 fence in the same script; if the lease is held it sets the pending mark instead (newest io wins).
 :meth:`Coordinator.finish` releases the lease unless a turn is pending; then, atomically, it clears
-the pending mark, hands the lease to a **new token and a new fence** (SPEC §3.12.2) and returns the
+the pending mark, hands the lease to a **new token and a new fence**
+(docs/algorithm/consolidation.md §3.12.2) and returns the
 re-run's :class:`Lease` (its ``io`` is the pending io). The old token stops matching, so a repeated
 ``finish`` with the old lease returns ``None``: the pending io is handed out exactly once.
 
@@ -50,7 +54,8 @@ server clock does not go back and fewer than one run per microsecond starts, so 
 check never mistakes a new run for an old one.
 
 **Early stop.** :meth:`Coordinator.report_trial` counts each trial slot once (``SADD``), moves
-``weight`` from R to B and adds ``passed`` to A, then evaluates SPEC §2.10 ``can_stop_exactly``
+``weight`` from R to B and adds ``passed`` to A, then evaluates docs/algorithm/formulas.md §2.10
+``can_stop_exactly``
 — ``(A + R)/(B + R) + margin < min(S★ − δ, S_t)`` with the same IEEE double arithmetic as
 :func:`rsi_common.math.bounds.can_stop_exactly` — and sets the cancel flag when it holds.
 """
@@ -224,7 +229,8 @@ end
 return 0
 """
 
-# Mirrors rsi_common.math.bounds.can_stop_exactly (SPEC §2.10.2), same double arithmetic:
+# Mirrors rsi_common.math.bounds.can_stop_exactly (docs/algorithm/formulas.md §2.10.2), same double
+# arithmetic:
 # Python's min(a, b) returns a unless b < a.
 _CAN_STOP = """
 local function can_stop(bound, margin)
@@ -309,7 +315,7 @@ class LeaseHolder:
 
 @dataclass(frozen=True)
 class Bounds:
-    """A candidate's early-stop state (SPEC §2.10) as stored in Redis."""
+    """A candidate's early-stop state (docs/algorithm/formulas.md §2.10) as stored in Redis."""
 
     A: int
     B: int
@@ -348,7 +354,7 @@ class Coordinator:
         client: a Redis client; responses may be bytes or decoded strings.
         lease_s: lease TTL in seconds (``RSI_LEASE_S``); every renewal extends it to this.
         run_ttl_s: TTL of run keys in seconds, counted from their last write.
-        margin: the early-stop margin (SPEC §2.10, ``FLOAT_GUARD`` = 1e-9).
+        margin: the early-stop margin (docs/algorithm/formulas.md §2.10, ``FLOAT_GUARD`` = 1e-9).
     """
 
     def __init__(
@@ -462,7 +468,8 @@ class Coordinator:
     # --- early-stop bounds ----------------------------------------------------------------------
 
     def init_bounds(self, run: str, cand: str, R: int, S_star: float, delta: float, S_t: float) -> bool:
-        """Create the candidate's bound hash: ``A = B = 0``, ``R`` (total planned weight, SPEC §3.3
+        """Create the candidate's bound hash: ``A = B = 0``, ``R`` (total planned weight,
+        docs/algorithm/consolidation.md §3.3
         step 13), and ``S★, δ, S_t`` as ``repr`` floats. Idempotent: an existing hash (a
         redelivered launch) is left untouched.
 
@@ -481,7 +488,8 @@ class Coordinator:
 
         An ``ok`` trial reports ``passed`` (criteria passed, r·w) of ``weight`` (criteria, w): w moves
         from R to B and ``passed`` is added to A. A ``missing`` trial reports ``(0, 0)``: its weight
-        stays in R (SPEC §2.10). A slot already counted (a redelivered task) changes nothing. Then
+        stays in R (docs/algorithm/formulas.md §2.10). A slot already counted (a redelivered task) changes
+        nothing. Then
         the cancel flag is set when ``can_stop_exactly`` holds. Bounds never initialised (or
         expired) count nothing and never cancel.
 

@@ -1,4 +1,4 @@
-"""Hand a task to the Celery cluster by name, without importing Celery (ARCHITECTURE §2).
+"""Hand a task to the Celery cluster by name, without importing Celery (docs/architecture.md#2-packages).
 
 A host process (``rsi_common.client``) must enqueue ``consolidate`` but must not depend on Celery.
 :class:`KombuDispatcher` therefore publishes a Celery **task message protocol v2** JSON message
@@ -102,7 +102,8 @@ QUEUES: tuple[str, ...] = (QUEUE_CONSOLIDATE, QUEUE_REPLAY, QUEUE_JUDGE)
 # Task names are part of the wire contract (a host enqueues ``consolidate`` by name); the worker's
 # Celery app registers exactly these (``rsi_worker.cluster.tasks``) and routes them by TASK_QUEUES.
 TASK_CONSOLIDATE = "rsi.consolidate"
-"""``consolidate(agent_id, io_id, token, fence)``: the ``open`` step of a run (SPEC §3.12.1)."""
+"""``consolidate(agent_id, io_id, token, fence)``: the ``open`` step of a run
+(docs/algorithm/consolidation.md §3.12.1)."""
 TASK_REPLAY_TRIAL = "rsi.replay_trial"
 """``replay_trial(run_id, slot)``: one trial (a chord member)."""
 TASK_AFTER_INCUMBENT = "rsi.after_incumbent"

@@ -61,7 +61,7 @@ class SettingsError(InvalidInput):
 
 
 class ManifestError(InvalidInput):
-    """A harness manifest breaks a rule of SPEC §5.1."""
+    """A harness manifest breaks a rule of docs/formats.md §5.1."""
 
 
 class PathEscapeError(ManifestError):
@@ -73,7 +73,7 @@ class TamperError(InvalidInput):
 
 
 class LockedFieldError(InvalidInput):
-    """An edit touches a locked address or a platform field (ARCHITECTURE invariant 8)."""
+    """An edit touches a locked address or a platform field (docs/architecture.md invariant 8)."""
 
 
 class WorldError(InvalidInput):

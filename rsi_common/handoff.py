@@ -1,4 +1,5 @@
-"""Hand a turn's consolidation trigger to the cluster (SPEC §3.12.1-3), shared by the host client
+"""Hand a turn's consolidation trigger to the cluster (docs/algorithm/consolidation.md §3.12.1-3), shared by
+the host client
 and the sweeper.
 
 A trigger is ``coord.try_begin(agent, io)``: a :class:`~rsi_common.coord.Lease` → enqueue
@@ -90,7 +91,8 @@ def _release(coord: Coordinator, lease: Lease) -> None:
 
 
 def trigger_consolidation(coord: Coordinator, dispatcher: Dispatcher, agent_id: str, io_id: str) -> HandOff:
-    """Trigger a consolidation of ``agent_id`` for turn ``io_id`` (SPEC §3.12.1). Never raises for an
+    """Trigger a consolidation of ``agent_id`` for turn ``io_id`` (docs/algorithm/consolidation.md §3.12.1).
+    Never raises for an
     unreachable Redis or broker (the outcome is ``deferred``; a warning names the agent only).
 
     Idempotency: a second trigger for the same turn at most causes one more run, which finds no

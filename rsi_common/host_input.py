@@ -6,10 +6,10 @@ the keys
 
 =============  ==========================================================================================
 ``world``      the captured ``rsi-world/1`` record (dict), or ``None``/absent when nothing was captured
-``trajectory`` the content-free trajectory record (SPEC §7.5), optional
-``signals``    initial explicit signals (SPEC §3.4), optional
+``trajectory`` the content-free trajectory record (docs/formats.md §7.5), optional
+``signals``    initial explicit signals (docs/algorithm/consolidation.md §3.4), optional
 ``own_loop``   ``True`` when the provider ran its own tool loop (a CLI agent): no world may be given,
-               the turn gets one ``skipped`` run row (SPEC §3.12.4)
+               the turn gets one ``skipped`` run row (docs/algorithm/consolidation.md §3.12.4)
 ``io_id``      the host's turn id; needed only when there is no world (else the world's ``io_id``)
 =============  ==========================================================================================
 
@@ -21,7 +21,8 @@ Unknown keys are an error. Decisions where the spec is silent:
   recording agent; another agent's id is an error.
 * With ``RSI_RECORD_WORLD`` off the world is **dropped** (capture off means no world rows at all),
   only the trajectory is stored and nothing is enqueued.
-* Signals: the keys of SPEC §3.4 only, type-checked (``stars`` an int 1..5 or null, ``criteria`` a list
+* Signals: the keys of docs/algorithm/consolidation.md §3.4 only, type-checked (``stars`` an int 1..5 or
+  null, ``criteria`` a list
   of strings); ``implicit`` is dropped (only a consolidation run writes it); an unknown key is an
   error (a misspelt signal must not vanish); a string that matches a credential pattern is refused.
 * The trajectory is checked the same way for credentials (it should carry none by construction);
@@ -76,7 +77,8 @@ __all__ = ["SIGNAL_KEYS", "SIGNAL_LIMITS", "TURN_KEYS", "ParsedTurn", "check_sig
 TURN_KEYS: tuple[str, ...] = ("world", "trajectory", "signals", "own_loop", "io_id")
 """Keys a turn mapping may have."""
 SIGNAL_KEYS: tuple[str, ...] = ("expected", "stars", "issue", "comment", "criteria")
-"""Explicit signals a host may set (SPEC §3.4); ``implicit`` is written by consolidation only."""
+"""Explicit signals a host may set (docs/algorithm/consolidation.md §3.4); ``implicit`` is written by
+consolidation only."""
 SIGNAL_LIMITS: dict[str, int] = {"expected": MAX_EXPECTED_BYTES, "comment": MAX_COMMENT_BYTES,
                                  "issue": MAX_ISSUE_BYTES}
 """Size limit of each text signal, in UTF-8 bytes (criteria: ``MAX_CRITERION_BYTES`` each)."""

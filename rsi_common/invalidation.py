@@ -1,4 +1,4 @@
-"""Host-side harness cache and its invalidation listener (SPEC §3.12.9).
+"""Host-side harness cache and its invalidation listener (docs/algorithm/consolidation.md §3.12.9).
 
 :class:`HarnessCache` keeps each agent's resolved harness for ``ttl_s`` seconds per process.
 :class:`InvalidationListener` is a daemon thread subscribed to

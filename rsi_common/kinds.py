@@ -1,4 +1,5 @@
-"""The component vocabulary 𝒦 (SPEC §1.1), shared by the formulas, the harness and the kernel."""
+"""The component vocabulary 𝒦 (docs/algorithm/formulas.md §1.1), shared by the formulas, the harness and the
+kernel."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ K_ENABLED_PRODUCTION: tuple[str, ...] = tuple(k for k in KINDS if k != "subagent
 """Kinds enabled in production; ``subagent`` has no registered implementation yet."""
 
 REQUIRED_KINDS: tuple[str, ...] = ("prompt", "context_mgmt", "control_flow", "output_plumbing")
-"""Each needs at least one enabled component in every harness (SPEC §5.1)."""
+"""Each needs at least one enabled component in every harness (docs/formats.md §5.1)."""
 
 
 def in_kind_order(kinds: Iterable[str]) -> tuple[str, ...]:

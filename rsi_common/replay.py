@@ -1,13 +1,13 @@
-"""Replay: re-run a recorded turn under a harness with the policy model (SPEC §4.2).
+"""Replay: re-run a recorded turn under a harness with the policy model (docs/formats.md §4.2).
 
-Tools are answered from the record by a :class:`CallBook` and are never executed (ARCHITECTURE
+Tools are answered from the record by a :class:`CallBook` and are never executed (docs/architecture.md
 invariant 5); a call that was not recorded gets :data:`NO_RECORD` as an error result and counts
 as off-support (Dream-RSI: an unrecorded action reveals nothing). Memory comes from the record
 through :class:`ReplayMemoryProvider`, which has no write path (invariant 7). The turn itself runs
 through :func:`rsi_common.kernel.run_turn` — the same code path as live turns — so with the same
 model responses a replay sends byte-identical requests (invariant 6).
 
-Decisions where SPEC §4.2 is silent:
+Decisions where docs/formats.md §4.2 is silent:
 
 * ``ReplayResult`` JSON carries ``"schema": "rsi-replay/1"``; ``from_json`` accepts records
   without it (the first format) and refuses other schema ids.
@@ -128,7 +128,7 @@ class CallBook:
         return hits[min(n, len(hits) - 1)]
 
     def lookup(self, name: str, tool_input: Any) -> tuple[Any, bool]:
-        """``(content, is_error)`` for one call (SPEC §4.2 item 2)."""
+        """``(content, is_error)`` for one call (docs/formats.md §4.2 item 2)."""
         with self._lock:
             key = (name, canon(tool_input))
             hit: Hit | None = None
@@ -160,7 +160,7 @@ class ReplayTool:
 
 
 def replay_tools(data: Mapping[str, Any], book: CallBook) -> list[ToolDef]:
-    """The replay registry's tools, in recorded order (SPEC §4.2 item 3).
+    """The replay registry's tools, in recorded order (docs/formats.md §4.2 item 3).
 
     Empty names and contributed names are skipped; ``live`` definitions stay live (the kernel
     serves them with its built-in); every other tool is a :class:`ReplayTool`.
@@ -215,7 +215,7 @@ class PolicySpec:
 
 
 def replay_plan(world: TurnWorld, policy: PolicySpec, book: CallBook) -> TurnPlan:
-    """The replay's :class:`TurnPlan` (SPEC §4.2 item 5)."""
+    """The replay's :class:`TurnPlan` (docs/formats.md §4.2 item 5)."""
     data = world.data
     rec = data.get("plan") or {}
     state = data.get("state") or {}
@@ -274,13 +274,13 @@ _RESULT_FIELDS = (
 
 @dataclass
 class ReplayResult:
-    """One replay trial (SPEC §4.2 item 7). ``missing`` ⇔ ``error`` is non-empty.
+    """One replay trial (docs/formats.md §4.2 item 7). ``missing`` ⇔ ``error`` is non-empty.
 
     Attributes:
         world_id: the replayed world.
-        source: ``replay`` (fresh), ``recorded`` or ``cached`` (SPEC §3.6.1).
+        source: ``replay`` (fresh), ``recorded`` or ``cached`` (docs/algorithm/consolidation.md §3.6.1).
         status: turn status (``cancelled`` is not an error); ``""`` when the replay never ran.
-        policy_tokens: c(τ) of the replay (SPEC §7.4); None when unknown.
+        policy_tokens: c(τ) of the replay (docs/formats.md §7.4); None when unknown.
         params_read: sorted ``<id>.params.<key>`` addresses read by the harness.
         off_support / off_support_calls: unrecorded calls (count and ``{name, input}`` list).
         answered: calls answered from the record.
@@ -311,7 +311,8 @@ class ReplayResult:
         return bool(self.error)
 
     def to_json(self, transcript: bool = True) -> dict[str, Any]:
-        """JSON object with ``schema``; ``transcript=False`` omits the transcript (caches, §3.6.5)."""
+        """JSON object with ``schema``; ``transcript=False`` omits the transcript (caches,
+        docs/algorithm/consolidation.md §3.6.5)."""
         out: dict[str, Any] = {"schema": REPLAY_SCHEMA}
         for name in _RESULT_FIELDS:
             if name == "transcript" and not transcript:
@@ -336,7 +337,8 @@ class ReplayResult:
 
     @classmethod
     def from_recorded(cls, world: TurnWorld, source: str = "recorded") -> ReplayResult:
-        """The recorded turn as an on-policy trial (SPEC §3.6.1): params_read ``[]``, off_support 0."""
+        """The recorded turn as an on-policy trial (docs/algorithm/consolidation.md §3.6.1): params_read
+        ``[]``, off_support 0."""
         outcome = world.data.get("outcome") or {}
         return cls(
             world_id=world.id, source=source, answer=world.answer,

@@ -1,4 +1,4 @@
-"""The world record ``rsi-world/1``: one captured turn, the unit of replay (SPEC §4.1).
+"""The world record ``rsi-world/1``: one captured turn, the unit of replay (docs/formats.md §4.1).
 
 The schema (pydantic models) and constants live in :mod:`rsi_common.world_schema`; this module holds
 capture, validation, migration and the read side, and re-exports the constants and :class:`World`.
@@ -6,7 +6,7 @@ capture, validation, migration and the read side, and re-exports the constants a
 :func:`finalize_world` turns what K0 captured into a storable record; :func:`validate_world` checks (and
 migrates) a stored one; :class:`TurnWorld` is the read-side view the consolidation uses.
 
-Decisions where SPEC §4.1 is silent:
+Decisions where docs/formats.md §4.1 is silent:
 
 * **Credentials** (``docs/security/credentials.md``). The stored record is scanned with the credential
   table (:mod:`rsi_common.credentials`, text normalised first) after clipping and the size limit, i.e.
@@ -22,7 +22,8 @@ Decisions where SPEC §4.1 is silent:
   ``state.metadata`` such values are *dropped* instead (a ``str()`` of a host object may leak it), and
   keys starting with ``_`` are dropped at every depth.
 * ``tools.defs`` entries named in ``tools.contributed`` or not serialisable are dropped.
-* ``memory.chunks`` entries are projected on the six fields of §4.1 (other keys dropped; ``key``,
+* ``memory.chunks`` entries are projected on the six fields of docs/formats.md §4.1 (other keys dropped;
+  ``key``,
   ``source`` and ``content`` as strings, ``None`` → ``""``; a non-numeric score → null; ``pinned`` as a
   bool), so a host memory provider's extra fields cannot make a world invalid.
 * A tool call with an empty ``name`` is kept (the replay simply never matches it); a tool *definition*
@@ -428,7 +429,7 @@ def _add_defects(w: dict[str, Any], new: list[Defect]) -> None:
 
 
 def finalize_world(data: Mapping[str, Any]) -> dict[str, Any]:
-    """Turn a captured turn into a storable ``rsi-world/1`` record (SPEC §4.1). Idempotent.
+    """Turn a captured turn into a storable ``rsi-world/1`` record (docs/formats.md §4.1). Idempotent.
 
     In order: the depth check of the input boundary; JSON safety and metadata rules; image blocks
     anywhere → ``IMAGE_PLACEHOLDER`` text blocks (sets ``images_dropped``); ``plan.kwargs`` kept to
@@ -473,7 +474,7 @@ def finalize_world(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def text_of(x: Any) -> str:
-    """Plain text of a content value (SPEC §4.1).
+    """Plain text of a content value (docs/formats.md §4.1).
 
     A string as is; a mapping with a string ``text`` and ``type`` None or ``"text"`` → that text; a
     mapping with ``content`` → ``text_of(content)``; a list → newline-join of the non-empty texts of its

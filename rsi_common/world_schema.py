@@ -1,4 +1,4 @@
-"""The ``rsi-world/1`` schema as pydantic models, and its constants (SPEC §4.1).
+"""The ``rsi-world/1`` schema as pydantic models, and its constants (docs/formats.md §4.1).
 
 Closed objects (``extra="forbid"``, strict types) everywhere the spec fixes the shape; the dicts the
 spec leaves open — content blocks, ``state.metadata``, ``plan.output_schema``, ``plan.kwargs`` values,
@@ -184,7 +184,7 @@ class DefectRecord(_Closed):
 
 
 class World(_Closed):
-    """The ``rsi-world/1`` record (SPEC §4.1), fields in the spec's order."""
+    """The ``rsi-world/1`` record (docs/formats.md §4.1), fields in the spec's order."""
 
     schema_: Literal["rsi-world/1"] = Field(alias="schema")
     replayable: bool

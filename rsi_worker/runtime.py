@@ -1,4 +1,4 @@
-"""Connection objects built once from :class:`~rsi_common.config.Settings` (ARCHITECTURE §5).
+"""Connection objects built once from :class:`~rsi_common.config.Settings` (docs/architecture.md#5-modes).
 
 The same code runs in every mode; only what is built here differs: a real Redis for
 ``RSI_REDIS_URL``, else fakeredis in-process (the embedded in-process mode). Nothing here starts

@@ -3,9 +3,9 @@
 Every function runs inside the caller's transaction (see :mod:`rsi_common.db.engine`) and never
 commits. Version moves (:func:`rollback_to`, :func:`pin`, :func:`clone_agent`) only move
 ``current_version`` among the agent's stored versions or to H0 (``None``) — nothing is adopted
-here (SPEC §3.12.10). Publishing the change on ``rsi:harness`` is the caller's job
+here (docs/algorithm/consolidation.md §3.12.10). Publishing the change on ``rsi:harness`` is the caller's job
 (:meth:`rsi_common.coord.Coordinator.publish_harness_change`); a run that was going meanwhile
-will not adopt (SPEC §3.12.7 b).
+will not adopt (docs/algorithm/consolidation.md §3.12.7 b).
 """
 
 from __future__ import annotations
@@ -190,7 +190,8 @@ def _set_frozen(session: Session, agent_id: str, frozen: bool) -> AgentRow:
 def rollback_to(session: Session, agent_id: str, version: str | None) -> AgentRow:
     """Make ``version`` (a stored version, or ``None`` = H0) current from the agent's next turn.
 
-    The frozen flag is unchanged. A run going meanwhile will not adopt (SPEC §3.12.7 b).
+    The frozen flag is unchanged. A run going meanwhile will not adopt
+    (docs/algorithm/consolidation.md §3.12.7 b).
 
     Raises:
         UnknownAgentError: no such agent.
@@ -205,7 +206,8 @@ def pin(session: Session, agent_id: str, version: str | None) -> AgentRow:
 
 
 def freeze(session: Session, agent_id: str) -> AgentRow:
-    """Stop consolidating the agent (its turns are still recorded, SPEC §3.12.4)."""
+    """Stop consolidating the agent (its turns are still recorded,
+    docs/algorithm/consolidation.md §3.12.4)."""
     return _set_frozen(session, agent_id, True)
 
 

@@ -1,19 +1,22 @@
-"""ORM models of the durable state (ARCHITECTURE §4, SPEC §3.12, §7.5).
+"""ORM models of the durable state (docs/protocol.md#sql-tables, docs/algorithm/consolidation.md §3.12,
+docs/formats.md §7.5).
 
 Seven tables here (the service's tokens and audit log are in :mod:`rsi_common.db.access`), all
 prefixed ``rsi_`` so they can share a database with the host application:
 
 * ``rsi_agents`` — one row per agent: current harness version (``NULL`` = H0), frozen flag,
-  consolidation state (SPEC §3.2), ``applied_fence`` (the fence of the newest run whose final
-  write was applied, SPEC §3.12.7) and ``turns`` (turns recorded, the retention clock).
+  consolidation state (docs/algorithm/consolidation.md §3.2), ``applied_fence`` (the fence of the newest run
+  whose final
+  write was applied, docs/algorithm/consolidation.md §3.12.7) and ``turns`` (turns recorded, the retention
+  clock).
 * ``rsi_harnesses`` — one row per adopted version of an agent (provenance: parent, run, summary).
-* ``rsi_worlds`` — one row per recorded turn (SPEC §4.1); ``seq`` numbers the turns of one
+* ``rsi_worlds`` — one row per recorded turn (docs/formats.md §4.1); ``seq`` numbers the turns of one
   conversation (``interaction_id``) from 1; ``enqueued_at`` is ``NULL`` until the turn's
   consolidation trigger was handed off (see :class:`WorldRow`).
 * ``rsi_runs`` — one row per consolidation (or skipped turn); ``(agent_id, fence)`` is unique.
 * ``rsi_replays`` — one row per replay trial of a run; ``(run_id, candidate, world_id, trial)``
-  is unique, which makes trial tasks idempotent (ARCHITECTURE §3).
-* ``rsi_trajectories`` — one content-free metrics row per turn (SPEC §7.5).
+  is unique, which makes trial tasks idempotent (docs/protocol.md#redis-key-protocol).
+* ``rsi_trajectories`` — one content-free metrics row per turn (docs/formats.md §7.5).
 * ``rsi_regressions`` — the agent's regression set: one row per lesson an adoption learned (a copy of
   the world and the checks it fixed; docs/consolidation/regression.md).
 
@@ -51,7 +54,8 @@ __all__ = [
 ]
 
 RunStatus = Literal["running", "skipped", "interrupted", "recorded", "kept", "failed", "adopted"]
-"""Host-level run statuses (SPEC §1.2): ``running`` until the final write, then one of the others."""
+"""Host-level run statuses (docs/algorithm/formulas.md §1.2): ``running`` until the final write, then one of
+the others."""
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
 ReplayStatus = Literal["ok", "missing", "cancelled"]
 ReplaySource = Literal["recorded", "cached", "replay"]
@@ -87,7 +91,7 @@ def _in(column: str, values: tuple[str, ...]) -> str:
 
 
 class AgentRow(Base):
-    """One agent (ARCHITECTURE §4, SPEC §3.2, §3.12.7)."""
+    """One agent (docs/protocol.md#sql-tables, docs/algorithm/consolidation.md §3.2, §3.12.7)."""
 
     __tablename__ = "rsi_agents"
 
@@ -95,9 +99,9 @@ class AgentRow(Base):
     current_version: Mapped[str | None] = mapped_column(sa.String(100), nullable=True)
     """Harness version used from the agent's next turn; ``None`` = H0."""
     frozen: Mapped[bool] = mapped_column(sa.Boolean(), nullable=False, default=False)
-    """A frozen agent records worlds but never consolidates (SPEC §3.12.4)."""
+    """A frozen agent records worlds but never consolidates (docs/algorithm/consolidation.md §3.12.4)."""
     state: Mapped[dict[str, Any]] = mapped_column(JSONType, nullable=False, default=dict)
-    """Consolidation state (SPEC §3.2); ``{}`` until the first run saves one."""
+    """Consolidation state (docs/algorithm/consolidation.md §3.2); ``{}`` until the first run saves one."""
     applied_fence: Mapped[int] = mapped_column(sa.BigInteger(), nullable=False, default=0)
     """Fence of the newest run whose final write was applied; older fences are refused."""
     turns: Mapped[int] = mapped_column(sa.BigInteger(), nullable=False, default=0,
@@ -111,7 +115,8 @@ class AgentRow(Base):
 
 
 class HarnessRow(Base):
-    """One adopted (or cloned) harness version of an agent, with provenance (SPEC §3.12.10)."""
+    """One adopted (or cloned) harness version of an agent, with provenance
+    (docs/algorithm/consolidation.md §3.12.10)."""
 
     __tablename__ = "rsi_harnesses"
     __table_args__ = (sa.UniqueConstraint("agent_id", "version"),)
@@ -123,15 +128,15 @@ class HarnessRow(Base):
     parent_version: Mapped[str | None] = mapped_column(sa.String(100), nullable=True)
     """The run's start version (``None`` = H0)."""
     payload: Mapped[dict[str, Any]] = mapped_column(JSONType, nullable=False)
-    """Harness payload ``{manifest, files, version}`` (SPEC §5.3)."""
+    """Harness payload ``{manifest, files, version}`` (docs/formats.md §5.3)."""
     run_id: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
     summary: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
-    """The adopting run's result summary (SPEC §3.1 ``summary()``)."""
+    """The adopting run's result summary (docs/algorithm/consolidation.md §3.1 ``summary()``)."""
     created_at: Mapped[datetime] = _created()
 
 
 class WorldRow(Base):
-    """One recorded turn (SPEC §4.1).
+    """One recorded turn (docs/formats.md §4.1).
 
     ``enqueued_at`` (project decision) is ``NULL`` from the moment the world is saved until its
     consolidation trigger was handed off — a run was enqueued with a fresh lease, or the pending
@@ -163,18 +168,20 @@ class WorldRow(Base):
     world: Mapped[dict[str, Any]] = mapped_column(JSONType, nullable=False)
     """The ``rsi-world/1`` record."""
     signals: Mapped[dict[str, Any]] = mapped_column(JSONType, nullable=False, default=dict)
-    """User signals (SPEC §3.4): explicit ones from the host, ``implicit`` from consolidation."""
+    """User signals (docs/algorithm/consolidation.md §3.4): explicit ones from the host, ``implicit`` from
+    consolidation."""
     replayable: Mapped[bool] = mapped_column(sa.Boolean(), nullable=False)
     clock: Mapped[float] = mapped_column(sa.Double(), nullable=False)
     """Turn start, epoch seconds: the recency key."""
     bytes: Mapped[int] = mapped_column(sa.Integer(), nullable=False, default=0)
-    """Serialized size of the world record (SPEC §4.1)."""
+    """Serialized size of the world record (docs/formats.md §4.1)."""
     created_at: Mapped[datetime] = _created()
     enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class RunRow(Base):
-    """One consolidation run (SPEC §3.3) or a skipped turn (SPEC §3.12.4)."""
+    """One consolidation run (docs/algorithm/consolidation.md §3.3) or a skipped turn
+    (docs/algorithm/consolidation.md §3.12.4)."""
 
     __tablename__ = "rsi_runs"
     __table_args__ = (
@@ -192,15 +199,16 @@ class RunRow(Base):
     status: Mapped[str] = mapped_column(sa.String(16), nullable=False, default="running")
     """A :data:`RunStatus`."""
     reason: Mapped[str | None] = mapped_column(sa.Text(), nullable=True)
-    """One sentence (SPEC §3.3), e.g. ``superseded`` for an interrupted run (project decision)."""
+    """One sentence (docs/algorithm/consolidation.md §3.3), e.g. ``superseded`` for an interrupted run
+    (project decision)."""
     start_version: Mapped[str | None] = mapped_column(sa.String(100), nullable=True)
     adopted_version: Mapped[str | None] = mapped_column(sa.String(100), nullable=True)
     fence: Mapped[int | None] = mapped_column(sa.BigInteger(), nullable=True)
     """The lease's fence; ``None`` only for runs that never held a lease (skipped turns)."""
     params: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
-    """Round parameters of SPEC §3.3 step 10 for the later tasks of the run."""
+    """Round parameters of docs/algorithm/consolidation.md §3.3 step 10 for the later tasks of the run."""
     drafts: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
-    """Variant label → draft (SPEC §3.3 step 12, project decision)."""
+    """Variant label → draft (docs/algorithm/consolidation.md §3.3 step 12, project decision)."""
     result: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
     """``ConsolidationResult.summary()`` (no payload, no state)."""
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
@@ -210,7 +218,8 @@ class RunRow(Base):
 
 
 class ReplayRow(Base):
-    """One replay trial of a run (SPEC §3.6.2); the 4-column unique key is the idempotency key."""
+    """One replay trial of a run (docs/algorithm/consolidation.md §3.6.2); the 4-column unique key is the
+    idempotency key."""
 
     __tablename__ = "rsi_replays"
     __table_args__ = (
@@ -238,7 +247,7 @@ class ReplayRow(Base):
 
 
 class TrajectoryRow(Base):
-    """Content-free metrics of one turn (SPEC §7.5)."""
+    """Content-free metrics of one turn (docs/formats.md §7.5)."""
 
     __tablename__ = "rsi_trajectories"
     __table_args__ = (sa.Index("ix_rsi_trajectories_agent_id_created_at", "agent_id", "created_at"),)

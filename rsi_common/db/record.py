@@ -217,7 +217,8 @@ def record_bare_turn(
     retention_every: int = RETENTION_EVERY,
 ) -> AgentTurn:
     """Store a turn without a world: the agent upsert, the trajectory, and for an own-loop turn
-    (``skipped_reason`` given) one finished ``skipped`` run row (SPEC §3.12.4) with the run retention."""
+    (``skipped_reason`` given) one finished ``skipped`` run row (docs/algorithm/consolidation.md §3.12.4)
+    with the run retention."""
     st = _statements(conn.dialect.name)
     agent = _upsert_agent(conn, agent_id)
     if trajectory is not None:

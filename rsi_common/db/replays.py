@@ -1,6 +1,7 @@
-"""Replay-trial rows (SPEC §3.6.2): insert-if-absent on ``(run_id, candidate, world_id, trial)``.
+"""Replay-trial rows (docs/algorithm/consolidation.md §3.6.2): insert-if-absent on ``(run_id, candidate,
+world_id, trial)``.
 
-The unique key is the idempotency key of the ``replay_trial`` task (ARCHITECTURE §3): a
+The unique key is the idempotency key of the ``replay_trial`` task (docs/protocol.md#redis-key-protocol): a
 redelivered or duplicated trial finds the stored row and returns it, so a trial is never counted
 twice. Runs inside the caller's transaction; never commits.
 """

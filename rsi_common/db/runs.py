@@ -101,7 +101,7 @@ def start_run(
     run_id: str | None = None,
     retention: int | None = 200,
 ) -> RunRow:
-    """Open the ``running`` row of the run holding ``fence`` (SPEC §3.3 step 1).
+    """Open the ``running`` row of the run holding ``fence`` (docs/algorithm/consolidation.md §3.3 step 1).
 
     Idempotent on ``(agent_id, fence)``: a redelivered task gets the stored row back, whatever its
     status. ``start_version`` is the agent's current version (``None`` = H0) read under the agent
@@ -138,7 +138,7 @@ def skip_run(
     session: Session, agent_id: str, *, io_id: str | None, reason: str, kind: str = "consolidate"
 ) -> RunRow:
     """Record a turn that gets no consolidation as one finished ``skipped`` row without a fence
-    (SPEC §3.12.4, e.g. "provider runs its own loop")."""
+    (docs/algorithm/consolidation.md §3.12.4, e.g. "provider runs its own loop")."""
     agent = lock_agent(session, agent_id)
     row = RunRow(
         id=new_run_id(), agent_id=agent_id, kind=kind, io_id=io_id, status="skipped", reason=reason,
@@ -162,12 +162,14 @@ def _set_running_field(session: Session, run_id: str, **values: Any) -> bool:
 
 
 def set_run_params(session: Session, run_id: str, params: Mapping[str, Any]) -> bool:
-    """Store the round parameters (SPEC §3.3 step 10) on a ``running`` run; False if it is closed."""
+    """Store the round parameters (docs/algorithm/consolidation.md §3.3 step 10) on a ``running`` run; False
+    if it is closed."""
     return _set_running_field(session, run_id, params=dict(params))
 
 
 def set_run_drafts(session: Session, run_id: str, drafts: Mapping[str, Any]) -> bool:
-    """Store the drafts (label → draft, SPEC §3.3 step 12) on a ``running`` run; False if it is closed."""
+    """Store the drafts (label → draft, docs/algorithm/consolidation.md §3.3 step 12) on a ``running`` run;
+    False if it is closed."""
     return _set_running_field(session, run_id, drafts=dict(drafts))
 
 
@@ -202,12 +204,12 @@ def finish_run(
 
 @dataclass(frozen=True)
 class Adoption:
-    """The winner of a run, adopted by :func:`final_write` (SPEC §3.12.7 c)."""
+    """The winner of a run, adopted by :func:`final_write` (docs/algorithm/consolidation.md §3.12.7 c)."""
 
     version: str
     """Content-addressed version id of ``payload``."""
     payload: Mapping[str, Any]
-    """Harness payload ``{manifest, files, version}`` (SPEC §5.3)."""
+    """Harness payload ``{manifest, files, version}`` (docs/formats.md §5.3)."""
     summary: Mapping[str, Any] | None = None
     """Stored on the ``rsi_harnesses`` row; default: the run's result."""
     regressions: Sequence[Mapping[str, Any]] = ()
@@ -264,7 +266,8 @@ def final_write(
     adoption: Adoption | None = None,
     error: ErrorRecord | Mapping[str, Any] | None = None,
 ) -> FinalWrite:
-    """The fenced compare-and-swap final write of a run (SPEC §3.12.7), on the locked agent row.
+    """The fenced compare-and-swap final write of a run (docs/algorithm/consolidation.md §3.12.7), on the
+    locked agent row.
 
     a. The run row is not ``running`` any more, or ``applied_fence ≥ run.fence`` (a newer run
        wrote) → ``superseded``: a ``running`` row becomes ``interrupted`` ("superseded"); a row
@@ -275,7 +278,8 @@ def final_write(
        reason, ``adopted: false`` and ``version = start_version``) and ``applied_fence``; the state
        is **not** saved.
     c. Otherwise ``state`` (when not ``None``; a ``failed`` run passes ``None`` and leaves the state
-       unchanged, SPEC §3.12.8), ``applied_fence = fence``, the run row (status, reason, result,
+       unchanged, docs/algorithm/consolidation.md §3.12.8), ``applied_fence = fence``, the run row (status,
+       reason, result,
        error, ``adopted_version``, ``finished_at``) and, when adopting, the ``rsi_harnesses`` row
        (``parent_version = start_version``; an already stored version keeps its first row),
        ``current_version`` and the lessons the winner learned (``rsi_regressions``).
@@ -383,7 +387,7 @@ def retain_runs(session: Session | Connection, agent_id: str, keep: int) -> int:
 
 
 def stale_runs(session: Session, lease_expired_ids: Iterable[str], stale_s: float) -> list[RunRow]:
-    """``running`` runs the sweeper must close (SPEC §3.12.3).
+    """``running`` runs the sweeper must close (docs/algorithm/consolidation.md §3.12.3).
 
     Args:
         lease_expired_ids: ids of running runs whose lease the sweeper found expired (no lease for

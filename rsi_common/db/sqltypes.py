@@ -12,8 +12,9 @@
 
 Why not ``JSONB`` (project decision): ``jsonb`` re-orders object keys (shortest first) and drops
 duplicates. Several stored documents depend on key order: the consolidation state prunes its replay
-cache and verdict cache by *insertion order* (SPEC §3.6.5), worlds carry tool schemas and tool inputs
-whose key order is part of the byte-identical replayed request (ARCHITECTURE invariant 6), and
+cache and verdict cache by *insertion order* (docs/algorithm/consolidation.md §3.6.5), worlds carry tool
+schemas and tool inputs
+whose key order is part of the byte-identical replayed request (docs/architecture.md invariant 6), and
 payloads carry manifests. PostgreSQL's ``json`` stores the text as given, so a document reads back
 exactly as written on both backends. Nothing queries inside these columns, so ``jsonb``'s indexing
 buys nothing here.

@@ -297,7 +297,8 @@ _TRAJECTORY_FIELDS = tuple(
 def save_trajectory(
     session: Session, record: Mapping[str, Any], *, retention: int | None = None
 ) -> TrajectoryRow:
-    """Store a turn's trajectory record (SPEC §7.5; ``trajectory_id`` is the key, unknown keys ignored).
+    """Store a turn's trajectory record (docs/formats.md §7.5; ``trajectory_id`` is the key, unknown keys
+    ignored).
 
     Idempotent: an already stored ``trajectory_id`` returns the stored row. With ``retention``, only
     the agent's latest ``retention`` trajectories are kept.

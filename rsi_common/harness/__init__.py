@@ -1,4 +1,5 @@
-"""Harness format ``rsi-harness/1`` (SPEC §5, §6.3): manifests, versions, payloads, H0, tagging, diffs.
+"""Harness format ``rsi-harness/1`` (docs/formats.md §5, §6.3): manifests, versions, payloads, H0, tagging,
+diffs.
 
 A harness is a manifest of typed components plus the text files they reference; its version is the
 SHA-256 of its content. Modules: ``manifest`` (model + validation), ``paths`` (path safety),

@@ -1,7 +1,8 @@
-"""Edit addresses and locks (SPEC §5.1).
+"""Edit addresses and locks (docs/formats.md §5.1).
 
 An address names one editable thing of a manifest: ``<component_id>.params.<k1>[.<k2>…]`` or
-``<component_id>.files.<relative path>``; tagging (§6.3) also uses ``<id>``, ``<id>.enabled`` and
+``<component_id>.files.<relative path>``; tagging (docs/formats.md §6.3) also uses ``<id>``, ``<id>.enabled``
+and
 ``manifest.<field>``. Params with a ``.`` inside a key cannot be told apart from nesting; such keys are
 addressed by their dotted path as is (project decision: they are legal but ambiguous).
 
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 PLATFORM_FIELDS: tuple[str, ...] = ("locked", "enabled_kinds", "exploration_policy")
-"""Manifest fields no candidate may ever change (SPEC §6.3, ARCHITECTURE invariant 8)."""
+"""Manifest fields no candidate may ever change (docs/formats.md §6.3, docs/architecture.md invariant 8)."""
 ORDER_ADDRESS = "manifest.order"
 """The address of the components' relative order."""
 

@@ -1,4 +1,5 @@
-"""Bundled harnesses (``rsi_common/harness/builtin/<name>/``), H0 (SPEC §5.5) and resolution (§5.4)."""
+"""Bundled harnesses (``rsi_common/harness/builtin/<name>/``), H0 (docs/formats.md §5.5) and resolution
+(§5.4)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ BUILTIN_ROOT = Path(__file__).resolve().parent / "builtin"
 BUILTIN_PREFIX = "builtin:"
 """``RSI_HARNESS_DIR`` value prefix selecting a bundled harness."""
 H0_VERSION = "sha256:200eb5deca0ae54d38a3429291b7347cdf96c8af29a7390df286b6ee9d5da7cd"
-"""The version of H0 (SPEC §9.11)."""
+"""The version of H0 (docs/check-vectors.md §9.11)."""
 
 HarnessLabel = Literal["fixed", "agent", "h0"]
 
@@ -59,14 +60,14 @@ def load_builtin(name: str) -> Harness:
 
 
 def h0() -> Harness:
-    """H0, the starting harness (SPEC §5.5); its version is :data:`H0_VERSION`."""
+    """H0, the starting harness (docs/formats.md §5.5); its version is :data:`H0_VERSION`."""
     return load_builtin("h0")
 
 
 def resolve_harness(
     harness_dir: str | None, payload: Mapping[str, Any] | None
 ) -> tuple[Harness, HarnessLabel]:
-    """The harness of a turn and its lineage label (SPEC §5.4).
+    """The harness of a turn and its lineage label (docs/formats.md §5.4).
 
     1. ``harness_dir`` (the ``RSI_HARNESS_DIR`` admin pin): ``builtin:<name>`` → the bundled directory,
        any other value → :func:`load_dir`; label ``fixed``.

@@ -1,4 +1,4 @@
-"""The checkpoint file of ``rsi export`` / ``rsi import`` (SPEC §5.3).
+"""The checkpoint file of ``rsi export`` / ``rsi import`` (docs/formats.md §5.3).
 
 UTF-8 JSON, 2-space indent, trailing newline, keys in this order: ``format`` (``"rsi-harness"``),
 ``format_version`` (1), ``version``, ``parent`` (``""`` = none, i.e. derived from H0), ``manifest``,

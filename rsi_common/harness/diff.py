@@ -1,4 +1,5 @@
-"""Workspaces and unified diffs of harness trees (SPEC §3.9, vector §9.11).
+"""Workspaces and unified diffs of harness trees (docs/algorithm/consolidation.md §3.9, vector
+docs/check-vectors.md §9.11).
 
 A workspace is an in-memory file map path → text holding ``manifest.json`` plus every referenced file.
 Decision: the workspace manifest omits ``parent`` (provenance is set by whoever adopts the candidate),
@@ -21,7 +22,7 @@ __all__ = ["diff_trees", "harness_from_workspace", "workspace_of"]
 
 
 def diff_trees(a: Mapping[str, str], b: Mapping[str, str], prefix: str = "harness") -> str:
-    """A git-style unified diff from tree ``a`` to tree ``b`` (SPEC §3.9).
+    """A git-style unified diff from tree ``a`` to tree ``b`` (docs/algorithm/consolidation.md §3.9).
 
     For each path of the union, sorted, skipping identical files: ``diff --git a/<prefix>/<p>
     b/<prefix>/<p>``, ``new file mode 100644`` / ``deleted file mode 100644`` when one side is absent,

@@ -1,6 +1,6 @@
-"""The manifest model ``rsi-harness/1`` and its validation (SPEC §5.1, emission rules of §5.2).
+"""The manifest model ``rsi-harness/1`` and its validation (docs/formats.md §5.1, emission rules of §5.2).
 
-Decisions where SPEC §5.1 is silent (all raise :class:`~rsi_common.errors.ManifestError`):
+Decisions where docs/formats.md §5.1 is silent (all raise :class:`~rsi_common.errors.ManifestError`):
 
 * unknown keys in the manifest or in a component are refused (a typo would otherwise silently drop
   out of the content-addressed version);
@@ -68,7 +68,8 @@ class ComponentSpec:
     description: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        """The component as emitted in a manifest (SPEC §5.2): optional fields only when not default."""
+        """The component as emitted in a manifest (docs/formats.md §5.2): optional fields only when not
+        default."""
         out: dict[str, Any] = {"id": self.id, "kind": self.kind, "impl": self.impl}
         if self.description:
             out["description"] = self.description
@@ -97,7 +98,7 @@ class Manifest:
     """fnmatch patterns of addresses no candidate may change."""
 
     def to_json(self, *, include_parent: bool = True) -> dict[str, Any]:
-        """The manifest object per the emission rules of SPEC §5.2.
+        """The manifest object per the emission rules of docs/formats.md §5.2.
 
         ``schema``, ``name`` and ``components`` are always present; ``description`` only if non-empty,
         ``exploration_policy`` only if not null, ``enabled_kinds`` only if it differs from 𝒦 (as an
@@ -160,7 +161,7 @@ class Manifest:
 
 
 def load_manifest(obj: Mapping[str, Any], files: Mapping[str, str] | None = None) -> Manifest:
-    """Validate a manifest object and build the :class:`Manifest` (SPEC §5.1).
+    """Validate a manifest object and build the :class:`Manifest` (docs/formats.md §5.1).
 
     Args:
         obj: the manifest as parsed JSON.

@@ -1,4 +1,4 @@
-"""Harness file-path rules (SPEC §5.1): a referenced path can never leave the harness root."""
+"""Harness file-path rules (docs/formats.md §5.1): a referenced path can never leave the harness root."""
 
 from __future__ import annotations
 

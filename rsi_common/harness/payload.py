@@ -1,4 +1,4 @@
-"""The in-memory harness, its payload and materialisation (SPEC §5.3).
+"""The in-memory harness, its payload and materialisation (docs/formats.md §5.3).
 
 Decisions:
 
@@ -43,7 +43,7 @@ class Harness:
     files: Mapping[str, str]
     """Every referenced file, path → text (read-only)."""
     version: str
-    """``"sha256:<hex>"`` of the content (SPEC §5.2)."""
+    """``"sha256:<hex>"`` of the content (docs/formats.md §5.2)."""
 
     def __hash__(self) -> int:
         return hash((self.version, self.manifest.parent))

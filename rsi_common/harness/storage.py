@@ -1,4 +1,4 @@
-"""Harness directories (SPEC §5.3): ``export_dir`` and ``load_dir``.
+"""Harness directories (docs/formats.md §5.3): ``export_dir`` and ``load_dir``.
 
 A harness directory holds ``manifest.json`` (the manifest object including ``parent``, 2-space
 indented, UTF-8, trailing newline; project decision) and every referenced file under its relative

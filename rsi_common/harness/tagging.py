@@ -1,4 +1,4 @@
-"""Tagging from manifests (SPEC §6.3): what a candidate touched, and edits re-tagged from it.
+"""Tagging from manifests (docs/formats.md §6.3): what a candidate touched, and edits re-tagged from it.
 
 Evidence comes from what the manifests say changed, not from prose. Touch order (which fixes
 ``address_diff``): components of the candidate in manifest order (within one: add/remove, enable
@@ -13,7 +13,7 @@ param leaves, listed files added, changed and removed) plus ``manifest.order``. 
 checked against every lock pattern of the incumbent; a locked one is a violation ``locked address
 <a> changed`` (docs/security/gate.md, "Locks").
 
-Decisions where §6.3 is silent:
+Decisions where docs/formats.md §6.3 is silent:
 
 * a change of the content of ``exploration_policy.file`` counts as a change of the platform field
   ``exploration_policy`` (the Dream-RSI loop owns it);
@@ -92,7 +92,8 @@ class TouchSet:
         return out
 
     def set_addresses(self) -> list[str]:
-        """Addresses of the ``set`` touches: the touched params of the exercised guard (§3.11)."""
+        """Addresses of the ``set`` touches: the touched params of the exercised guard
+        (docs/algorithm/consolidation.md §3.11)."""
         return [t.address for t in self.touches if t.op == "set"]
 
     @property
@@ -102,7 +103,7 @@ class TouchSet:
 
 
 def covers(r: str, a: str) -> bool:
-    """``r == a``, or one is a dot-boundary prefix of the other (SPEC §3.11)."""
+    """``r == a``, or one is a dot-boundary prefix of the other (docs/algorithm/consolidation.md §3.11)."""
     return r == a or a.startswith(r + ".") or r.startswith(a + ".")
 
 
@@ -161,7 +162,7 @@ def changed_addresses(inc: Tree, cand: Tree) -> list[str]:
     """The exact set of addresses ``cand`` changes against ``inc``, sorted (module docstring).
 
     Raises:
-        ManifestError: a side's manifest is missing, not JSON, or breaks a rule of §5.1.
+        ManifestError: a side's manifest is missing, not JSON, or breaks a rule of docs/formats.md §5.1.
     """
     inc_m, inc_files = _side(inc)
     cand_m, cand_files = _side(cand)
@@ -169,14 +170,14 @@ def changed_addresses(inc: Tree, cand: Tree) -> list[str]:
 
 
 def touched(inc: Tree, cand: Tree) -> TouchSet:
-    """The touch set of ``cand`` against ``inc`` (SPEC §6.3).
+    """The touch set of ``cand`` against ``inc`` (docs/formats.md §6.3).
 
     Args:
         inc: the incumbent harness (or workspace).
         cand: the candidate workspace (or harness); files it lists may be missing (a violation).
 
     Raises:
-        ManifestError: a side's manifest is missing, not JSON, or breaks a rule of §5.1.
+        ManifestError: a side's manifest is missing, not JSON, or breaks a rule of docs/formats.md §5.1.
     """
     inc_m, inc_files = _side(inc)
     cand_m, cand_files = _side(cand)
@@ -232,7 +233,8 @@ def normalize_edits(
     ts: TouchSet,
     domain_signals: Mapping[str, Sequence[str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Re-tag each edit's ``component`` from the addresses it touched (SPEC §6.3, §2.7).
+    """Re-tag each edit's ``component`` from the addresses it touched (docs/formats.md §6.3,
+    docs/algorithm/formulas.md §2.7).
 
     ``scope`` = the touches covered (:func:`covers`) by the edit's own ``addresses``, or every touch
     when the edit has none or they cover nothing. ``component =
@@ -240,7 +242,8 @@ def normalize_edits(
     ``signals`` = ``domain_signals`` followed by ``ts.signals()`` (lists merged per kind).
 
     Args:
-        edits: declared edits (SPEC §2.1 ``Edit`` as dicts, or objects with ``to_json()``).
+        edits: declared edits (docs/algorithm/formulas.md §2.1 ``Edit`` as dicts, or objects with
+        ``to_json()``).
         ts: the candidate's touch set.
         domain_signals: ordered kind → regexes consulted before the address signals.
 

@@ -1,4 +1,5 @@
-"""Canonical JSON and the content-addressed version of a harness (SPEC conventions, §5.2)."""
+"""Canonical JSON and the content-addressed version of a harness (docs/algorithm/formulas.md conventions,
+docs/formats.md §5.2)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def normalize_newlines(text: str) -> str:
 
 
 def version_stream(manifest: Manifest, files: Mapping[str, str]) -> bytes:
-    """The exact byte stream that is hashed (SPEC §5.2).
+    """The exact byte stream that is hashed (docs/formats.md §5.2).
 
     The canonical JSON of ``manifest.to_json()`` without ``parent``, then for each distinct referenced
     path in sorted order ``0x00 + path + 0x00 + text`` (UTF-8; the text with universal newlines).

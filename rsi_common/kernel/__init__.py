@@ -1,4 +1,4 @@
-"""K0 — the fixed turn engine (SPEC §7) and its registered components (SPEC §5.6).
+"""K0 — the fixed turn engine (docs/formats.md §7) and its registered components (docs/formats.md §5.6).
 
 A harness configures K0 only through components (``rsi_common.kernel.components``); kernel
 limits come from host kwargs and settings only. Live turns (:func:`run_turn`) and replays

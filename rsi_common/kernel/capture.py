@@ -1,4 +1,4 @@
-"""World capture during a live turn (SPEC §4.1).
+"""World capture during a live turn (docs/formats.md §4.1).
 
 What is captured: the host's plan (system parts, schema, notes, resolved window/compaction/
 max_tokens, the ``SAFE_KWARGS`` present), the earlier conversation and metadata, the input, the

@@ -1,4 +1,4 @@
-"""The ledger of model calls and c(τ) (SPEC §7.4), and the retrying, cancellable model caller.
+"""The ledger of model calls and c(τ) (docs/formats.md §7.4), and the retrying, cancellable model caller.
 
 Every model call of a turn — every purpose, every attempt — is one :class:`CallRecord`.
 c(τ) (``policy_tokens``) = Σ (input_tokens + output_tokens) over all records; failed attempts
@@ -32,7 +32,7 @@ PURPOSES: tuple[str, ...] = ("main", "compact", "distill", "subagent", "auxiliar
 class TurnStop(Exception):
     """Ends the turn from inside a stage (cancel, cost budget, model failure, guard rejection).
 
-    Attributes mirror the status mapping of SPEC §7.3.
+    Attributes mirror the status mapping of docs/formats.md §7.3.
     """
 
     def __init__(
@@ -49,7 +49,7 @@ class TurnStop(Exception):
 
 @dataclass
 class CallRecord:
-    """One model call (SPEC §7.4); ``error`` is ``"<Type>: <msg>"`` (≤ 300 chars) or ``""``."""
+    """One model call (docs/formats.md §7.4); ``error`` is ``"<Type>: <msg>"`` (≤ 300 chars) or ``""``."""
 
     purpose: str
     provider: str
@@ -83,7 +83,7 @@ class Ledger:
         return sum(r.input_tokens + r.output_tokens for r in self.records)
 
     def main_input_tokens(self) -> int:
-        """Σ input tokens of this turn's ``main`` calls (the turn input budget of §5.6)."""
+        """Σ input tokens of this turn's ``main`` calls (the turn input budget of docs/formats.md §5.6)."""
         return sum(r.input_tokens for r in self.records if r.purpose == "main")
 
     def model_time_s(self) -> float:

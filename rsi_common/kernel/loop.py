@@ -1,4 +1,4 @@
-"""The loop of K0 — fixed stage order (SPEC §7.2).
+"""The loop of K0 — fixed stage order (docs/formats.md §7.2).
 
 context → prompt → client_tool → guard → config → call → parse → tools → control. Each stage is
 one function of ``(rt, hooks, …)``; :func:`run_loop` strings them together and returns the end of
@@ -39,7 +39,7 @@ STATUS_OF: dict[str, tuple[TurnStatus, str]] = {
     "escalate": ("blocked", "USER_INPUT_REQUIRED"),
     "error": ("failed", "AGENT_ERROR"),
 }
-"""decision → (status, default termination reason) (SPEC §7.3)."""
+"""decision → (status, default termination reason) (docs/formats.md §7.3)."""
 
 
 @dataclass(frozen=True)

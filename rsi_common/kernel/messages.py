@@ -27,12 +27,13 @@ INTERRUPTED = "[interrupted] no result was recorded"
 
 
 def canonical(obj: Any) -> str:
-    """Canonical JSON (SPEC conventions); values JSON cannot encode are rendered with ``str``."""
+    """Canonical JSON (docs/algorithm/formulas.md conventions); values JSON cannot encode are rendered with
+    ``str``."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def estimate_tokens(obj: Any) -> int:
-    """``ceil(len(canonical JSON) / 4)`` (SPEC §5.6, project decision)."""
+    """``ceil(len(canonical JSON) / 4)`` (docs/formats.md §5.6, project decision)."""
     return math.ceil(len(canonical(obj)) / 4)
 
 
@@ -92,7 +93,7 @@ def _result_ids(message: Mapping[str, Any]) -> set[str]:
 
 
 def fix_interrupted(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Give every ``tool_use`` without a result the error result :data:`INTERRUPTED` (SPEC §7.2).
+    """Give every ``tool_use`` without a result the error result :data:`INTERRUPTED` (docs/formats.md §7.2).
 
     The missing results are put first in the next user message (a new dict), or in a new user
     message when the tool use is the last message. Returns a new list; untouched messages are shared.
@@ -119,7 +120,7 @@ def fix_interrupted(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
 
 
 def with_turn_context(messages: Sequence[dict[str, Any]], ctx: str) -> list[dict[str, Any]]:
-    """A copy of ``messages`` whose latest user message carries the turn context (SPEC §7.2).
+    """A copy of ``messages`` whose latest user message carries the turn context (docs/formats.md §7.2).
 
     String content → ``"<turn_context>\\n" + ctx + "\\n</turn_context>\\n\\n" + content``; block
     content → the same text as a leading text block, except that it follows any ``tool_result``

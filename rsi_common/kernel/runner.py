@@ -1,6 +1,7 @@
-"""The kernel's tool runner: executes a batch of tool calls through the registry (SPEC §7.2 stage tools).
+"""The kernel's tool runner: executes a batch of tool calls through the registry (docs/formats.md §7.2 stage
+tools).
 
-Executors (SPEC §5.6 *Tools*): ``sequential``; ``parallel`` — up to ``max_concurrency`` threads;
+Executors (docs/formats.md §5.6 *Tools*): ``sequential``; ``parallel`` — up to ``max_concurrency`` threads;
 ``partition`` — consecutive ``read_only`` calls run in parallel, every other call alone. Results
 are always returned in call order. A host executor's exception becomes an error result
 ``"<Type>: <message>"``; it never ends the turn. A host result holding text that is not valid

@@ -1,4 +1,4 @@
-"""The turn runtime: the mutable state of one turn that stages and components share (SPEC §7.1).
+"""The turn runtime: the mutable state of one turn that stages and components share (docs/formats.md §7.1).
 
 A :class:`TurnRuntime` is created per turn and handed to every component hook as ``rt``. What a
 component may use: ``plan``, ``config``, ``messages`` (copy-on-write, see
@@ -88,7 +88,7 @@ class TurnRuntime:
 
     @property
     def ledger(self) -> Ledger:
-        """The turn's ledger (SPEC §7.4)."""
+        """The turn's ledger (docs/formats.md §7.4)."""
         return self.caller.ledger
 
     @property
@@ -103,7 +103,8 @@ class TurnRuntime:
 
     @property
     def is_replay(self) -> bool:
-        """Replay is detected by the memory provider's ``rsi_replay`` attribute only (SPEC §4.2)."""
+        """Replay is detected by the memory provider's ``rsi_replay`` attribute only
+        (docs/formats.md §4.2)."""
         return bool(getattr(self.plan.memory, "rsi_replay", False))
 
     def kwarg(self, name: str) -> Any:

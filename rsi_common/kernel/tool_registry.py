@@ -1,4 +1,4 @@
-"""The turn's tool registry and the kernel's built-in live tool ``ToolSearch`` (SPEC §7.1).
+"""The turn's tool registry and the kernel's built-in live tool ``ToolSearch`` (docs/formats.md §7.1).
 
 The registry keeps tools in registration order; that order is the order of the request's tool
 list, so a replay that registers the recorded definitions in recorded order (and the harness's
@@ -59,7 +59,8 @@ class ToolRegistry:
     def register(self, tool: ToolDef, *, contributed: bool = False) -> None:
         """Add ``tool`` (a later registration of the same name replaces the earlier one in place).
 
-        Contributed tools (harness hooks, SPEC §7.1) are registered as core and listed as contributed.
+        Contributed tools (harness hooks, docs/formats.md §7.1) are registered as core and listed as
+        contributed.
         """
         with self._lock:
             if contributed:
@@ -127,4 +128,4 @@ def tool_search_def(registry: ToolRegistry) -> ToolDef:
 
 
 BUILTIN_LIVE_TOOLS = frozenset({TOOL_SEARCH})
-"""Names of the kernel's built-in live tools (SPEC §7.1); only these may carry ``live=True``."""
+"""Names of the kernel's built-in live tools (docs/formats.md §7.1); only these may carry ``live=True``."""

@@ -1,4 +1,5 @@
-"""Live turns: preparation (SPEC §7.1), the loop (§7.2), turn end, trajectory (§7.5) and world (§4.1).
+"""Live turns: preparation (docs/formats.md §7.1), the loop (§7.2), turn end, trajectory (§7.5) and world
+(§4.1).
 
 :func:`run_turn` is what a host calls for every turn; :func:`rsi_common.replay.replay_world` calls
 the same function with a rebuilt plan, so live turns and replays share one code path.
@@ -34,7 +35,8 @@ __all__ = ["build_registry", "run_turn", "trajectory_record"]
 
 
 def build_registry(tools: Sequence[ToolDef]) -> ToolRegistry:
-    """Register the plan's tools in order; add ``ToolSearch`` when deferred tools exist (SPEC §7.1).
+    """Register the plan's tools in order; add ``ToolSearch`` when deferred tools exist
+    (docs/formats.md §7.1).
 
     A definition with ``live=True`` and the name of a kernel built-in is served by the built-in
     (its recorded flags, description and schema are kept — this is how replays register recorded
@@ -67,7 +69,8 @@ def _contribute(rt: TurnRuntime, components: list[Component]) -> None:
 def _prepare(plan: TurnPlan, harness: Harness, client: ModelClient, *, record_world: bool, seed: int | None,
              retry: RetryPolicy, sleep: Callable[[float], None], cancelled: Callable[[], bool] | None,
              on_event: EventSink | None = None) -> tuple[TurnRuntime, Hooks, ToolRunner | None]:
-    """Preparation in SPEC §7.1 order: components, model caller + ledger, config, runtime, contributed
+    """Preparation in docs/formats.md §7.1 order: components, model caller + ledger, config, runtime,
+    contributed
     tools, world capture, tool runner."""
     components = instantiate(harness)
     hooks = Hooks.of(components)
@@ -101,7 +104,7 @@ def _slice_end(rt: TurnRuntime, hooks: Hooks, end: End) -> None:
 
 def trajectory_record(rt: TurnRuntime, end: End, *, lineage: str, answer: str, world_bytes: int | None,
                       created_at: str) -> dict[str, Any]:
-    """The content-free trajectory record (SPEC §7.5)."""
+    """The content-free trajectory record (docs/formats.md §7.5)."""
     params = sorted(set().union(*(c.params_read() for c in rt.components))) if rt.components else []
     error = None
     if end.status == "failed":
@@ -190,9 +193,9 @@ def run_turn(
 
     Args:
         plan: the host's turn plan; ``plan.credentials`` is never captured.
-        harness: the turn's harness, frozen for the turn (ARCHITECTURE invariant 1); None → H0.
+        harness: the turn's harness, frozen for the turn (docs/architecture.md invariant 1); None → H0.
         client: the policy model client (the host builds it with the plan's credentials).
-        record_world: capture a world (SPEC §4.1); hosts pass ``settings.record_world``, and False
+        record_world: capture a world (docs/formats.md §4.1); hosts pass ``settings.record_world``, and False
             when the provider runs its own tool loop.
         seed: the request ``seed`` field (None on live turns; the trial index in replays).
         cancelled: checked before every model call (and between streamed chunks); True → status

@@ -1,4 +1,4 @@
-"""Value types of the turn engine K0 (SPEC §7.1, §7.3): plans, tool definitions, results.
+"""Value types of the turn engine K0 (docs/formats.md §7.1, §7.3): plans, tool definitions, results.
 
 Message and block shapes follow the model interface of :mod:`rsi_common.llm` (Anthropic-style
 blocks ``text``, ``tool_use``, ``tool_result``, ``thinking``, ``image``).
@@ -36,10 +36,11 @@ __all__ = [
 ]
 
 TurnStatus = Literal["completed", "suspended", "blocked", "failed", "cancelled"]
-"""Turn status (SPEC §1.2, §7.3); ``cancelled``: a cancelled replay, or a host that stopped its turn."""
+"""Turn status (docs/algorithm/formulas.md §1.2, docs/formats.md §7.3); ``cancelled``: a cancelled replay, or
+a host that stopped its turn."""
 
 Action = Literal["continue", "complete", "suspend", "error", "escalate"]
-"""The control decision (SPEC §5.6 *Control*)."""
+"""The control decision (docs/formats.md §5.6 *Control*)."""
 
 Signal = Literal["complete", "blocked", "error"]
 """A completion signal found by the output detector."""
@@ -55,7 +56,7 @@ MODEL_DEFAULTS: Mapping[str, Any] = {
     "max_iterations": 20,
     "max_turn_tokens": None,
 }
-"""Kernel model config defaults (SPEC §7.1); each is overridable by a host kwarg only."""
+"""Kernel model config defaults (docs/formats.md §7.1); each is overridable by a host kwarg only."""
 
 
 @dataclass(frozen=True)
@@ -72,14 +73,14 @@ ToolOutput = str | list[dict[str, Any]] | ToolResult
 ToolExecutor = Callable[[dict[str, Any]], ToolOutput]
 """A host executor: called with a private copy of the tool input; exceptions become error results.
 
-Permissions, confirmations and sandboxing are the executor's business (SPEC §7.2 stage tools).
+Permissions, confirmations and sandboxing are the executor's business (docs/formats.md §7.2 stage tools).
 Executors may be called from worker threads (executor ``parallel`` / ``partition``).
 """
 
 
 @dataclass(frozen=True)
 class ToolDef:
-    """One tool of a turn (SPEC §7.1).
+    """One tool of a turn (docs/formats.md §7.1).
 
     Attributes:
         name: unique tool name.
@@ -113,7 +114,7 @@ class ToolDef:
 
 
 class MemoryProvider(Protocol):
-    """A host memory store (SPEC §4.1 ``memory``, §5.6 *Memory*).
+    """A host memory store (docs/formats.md §4.1 ``memory``, §5.6 *Memory*).
 
     ``retrieve`` returns chunks ``{key, source, content, relevance_score, metadata, pinned}``.
     Writers also implement ``archive(messages: list[dict]) -> None``; a replay provider has the
@@ -129,9 +130,9 @@ def _now() -> float:
 
 @dataclass
 class TurnPlan:
-    """Everything the host gives K0 for one turn (SPEC §7.1).
+    """Everything the host gives K0 for one turn (docs/formats.md §7.1).
 
-    ``credentials`` is never captured in a world, trajectory or log (ARCHITECTURE invariant 7);
+    ``credentials`` is never captured in a world, trajectory or log (docs/architecture.md invariant 7);
     it is excluded from ``repr``. ``kwargs`` holds host overrides (``SAFE_KWARGS`` are recorded in
     the world; ``max_turn_tokens`` is honoured but not recorded). ``clock`` is the turn clock in
     epoch seconds (default: now); time-dependent prompt blocks use it.
@@ -169,7 +170,7 @@ def _int_or_none(name: str, value: Any, *, minimum: int = 0) -> int | None:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The turn's resolved model config and kernel limits (SPEC §7.1, §7.3).
+    """The turn's resolved model config and kernel limits (docs/formats.md §7.1, §7.3).
 
     Values come from host kwargs over :data:`~rsi_common.kernel.types.MODEL_DEFAULTS`; no
     component can change them.
@@ -214,7 +215,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Model-call retries on :class:`~rsi_common.errors.ModelTransientError` (SPEC §7.3).
+    """Model-call retries on :class:`~rsi_common.errors.ModelTransientError` (docs/formats.md §7.3).
 
     ``retries`` extra attempts with delays ``backoff_s · 2^i`` seconds (1 s, 2 s, 4 s by default).
     Tests pass ``RetryPolicy(backoff_s=0.0)``.
@@ -235,7 +236,7 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class ParsedStep:
-    """The output component's reading of one model response (SPEC §5.6 *Output*)."""
+    """The output component's reading of one model response (docs/formats.md §5.6 *Output*)."""
 
     final_text: str
     tool_calls: list[dict[str, Any]]
@@ -258,11 +259,12 @@ class TurnResult:
 
     Attributes:
         answer: the settled final text.
-        status / termination_reason: SPEC §7.3 mapping.
+        status / termination_reason: docs/formats.md §7.3 mapping.
         world: the finalized world record (``rsi-world/1``), or None when capture was off or refused.
-        trajectory: the content-free trajectory record (SPEC §7.5).
+        trajectory: the content-free trajectory record (docs/formats.md §7.5).
         params_read: sorted ``<id>.params.<key>`` addresses read by the harness's components.
-        policy_tokens: c(τ) = Σ input + output tokens over every model call of the turn (§7.4).
+        policy_tokens: c(τ) = Σ input + output tokens over every model call of the turn
+        (docs/formats.md §7.4).
         steps: main model calls that returned a response.
         transcript: the messages of this turn (from the input message on), unclipped.
         error: ``"<termination_reason>: <message>"`` when the turn failed, else ``""``.

@@ -1,4 +1,5 @@
-"""Model clients: one small interface (SPEC §7.1) and three implementations (ARCHITECTURE §6).
+"""Model clients: one small interface (docs/formats.md §7.1) and three implementations
+(docs/architecture.md#6-models).
 
 * :mod:`rsi_common.llm.base` — :class:`ModelRequest`, :class:`ModelResponse`, :class:`Usage`, the
   :class:`ModelClient` protocol, the message convention, :func:`complete_json`;
@@ -6,7 +7,7 @@
   knows the implementations;
 * :mod:`rsi_common.llm.anthropic`, :mod:`rsi_common.llm.openai` — the official SDKs, with the one
   retry policy of :mod:`rsi_common.llm.retry`;
-* :mod:`rsi_common.llm.sim` — the deterministic offline model of SIM.md (a package).
+* :mod:`rsi_common.llm.sim` — the deterministic offline model of docs/formats.md (a package).
 
 The implementations import :mod:`~rsi_common.llm.base` only; the factory imports them on first use.
 """

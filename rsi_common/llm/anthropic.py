@@ -15,7 +15,7 @@ Mapping of :class:`~rsi_common.llm.base.ModelRequest` (decisions where the API l
   ``temperature`` is sent only without thinking (the API requires the default with thinking).
 * ``output_schema`` → an extra system text block asking for one JSON object satisfying the schema.
   An instruction works on every model, where the API's structured-output mode does not, and the
-  harness may already carry the same instruction (SPEC §5.6 *Prompt* step 5).
+  harness may already carry the same instruction (docs/formats.md §5.6 *Prompt* step 5).
 * ``seed`` is not sent (the API has none).
 
 Response: ``text``, ``tool_use`` and ``thinking`` blocks (``redacted_thinking`` →

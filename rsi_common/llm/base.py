@@ -1,4 +1,4 @@
-"""The model interface: one request shape, one response shape, one client protocol (SPEC §7.1).
+"""The model interface: one request shape, one response shape, one client protocol (docs/formats.md §7.1).
 
 Message convention (Anthropic-style blocks, used by every provider):
 
@@ -39,7 +39,8 @@ __all__ = [
 ]
 
 ROLE_NAMES: tuple[str, ...] = ("policy", "compact", *ROLES)
-"""Roles a client can be built for: the agent's policy, context compaction and the five SPEC §6 roles."""
+"""Roles a client can be built for: the agent's policy, context compaction and the five docs/formats.md §6
+roles."""
 
 COMPACTION_MARKER = "Summarise the conversation so far for context compaction"
 """A request whose system prompt starts with this text is a compaction call (the sim answers it
@@ -49,22 +50,23 @@ COMPACTION_SYSTEM_PROMPT = (
     COMPACTION_MARKER + ". Keep the user's goals, decisions, facts, numbers and open tasks; drop small talk. "
     "Reply with the summary only."
 )
-"""Suggested system prompt of the kernel's ``compact`` calls (SPEC §5.6 *Context*)."""
+"""Suggested system prompt of the kernel's ``compact`` calls (docs/formats.md §5.6 *Context*)."""
 
 
 KERNEL_NOTE_TAG = "<kernel_note>"
 """A user message whose text starts with this tag is a note the kernel added (a review or budget
-reminder, SPEC §7.2), never the user's input; models, the sim included, tell the two apart by it."""
+reminder, docs/formats.md §7.2), never the user's input; models, the sim included, tell the two apart by
+it."""
 
 
 def canonical_json(x: Any) -> str:
-    """Canonical JSON (SPEC conventions): sorted keys, no spaces, non-ASCII kept."""
+    """Canonical JSON (docs/algorithm/formulas.md conventions): sorted keys, no spaces, non-ASCII kept."""
     return json.dumps(x, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(frozen=True)
 class ModelRequest:
-    """One model call (SPEC §7.1). Treat the lists and dicts as read-only.
+    """One model call (docs/formats.md §7.1). Treat the lists and dicts as read-only.
 
     Attributes:
         model: Provider model name; clients fall back to their own model when empty.
@@ -77,7 +79,7 @@ class ModelRequest:
             ``"high"``, ``"adaptive"`` or a decimal thinking budget in tokens (``"2048"``).
         cache_points: Prompt-cache points among ``"system"``, ``"tools"``, ``"last_user"``.
         output_schema: JSON schema the answer must satisfy, or ``None``.
-        seed: ``None`` on live turns, the trial index in replays (SPEC §4.2).
+        seed: ``None`` on live turns, the trial index in replays (docs/formats.md §4.2).
     """
 
     model: str
@@ -109,7 +111,7 @@ class ModelRequest:
         )
 
     def canonical(self, *, with_seed: bool = False) -> str:
-        """Canonical JSON of :meth:`to_json`; without ``seed`` unless ``with_seed`` (SPEC §4.2)."""
+        """Canonical JSON of :meth:`to_json`; without ``seed`` unless ``with_seed`` (docs/formats.md §4.2)."""
         obj = self.to_json()
         if not with_seed:
             del obj["seed"]
@@ -121,7 +123,7 @@ class Usage:
     """Token usage of one call.
 
     ``input_tokens`` counts every input token the provider processed, cached or not, so that
-    ``input_tokens + output_tokens`` means the same for every provider (c(τ), SPEC §7.4);
+    ``input_tokens + output_tokens`` means the same for every provider (c(τ), docs/formats.md §7.4);
     ``cache_read_tokens`` / ``cache_write_tokens`` are the cached subsets. ``reasoning_tokens``
     (a subset of ``output_tokens``) is ``None`` when the provider does not report it.
     """

@@ -1,4 +1,4 @@
-"""Building model clients: the one place that knows every implementation (SPEC §7.1).
+"""Building model clients: the one place that knows every implementation (docs/formats.md §7.1).
 
 :func:`make_client` picks the implementation of a provider name; :func:`role_client` applies the
 per-role overrides of the settings. The provider modules are imported on first use, so a process
@@ -31,7 +31,7 @@ def make_client(
     """Build a client.
 
     One retry layer per call path (project decision): the kernel retries the calls it makes
-    (SPEC §7.2, roles ``policy`` and ``compact``), so real clients built for those roles do not
+    (docs/formats.md §7.2, roles ``policy`` and ``compact``), so real clients built for those roles do not
     retry themselves; clients of the consolidation roles retry ``settings.model_max_retries`` times.
 
     Args:

@@ -1,4 +1,4 @@
-"""The one retry policy of the real model clients (SPEC §7.2 stage *call*).
+"""The one retry policy of the real model clients (docs/formats.md §7.2 stage *call*).
 
 Transient failures — HTTP 408/409/429, 5xx (incl. 529 overloaded), timeouts and connection
 errors — are retried ``settings.model_max_retries`` times (default 3) after sleeping

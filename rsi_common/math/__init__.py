@@ -1,13 +1,16 @@
-"""Pure formulas of rsi-worker (SPEC §2): RRSI selection, noise band, early stop, Dream-RSI.
+"""Pure formulas of rsi-worker (docs/algorithm/formulas.md §2): RRSI selection, noise band, early stop,
+Dream-RSI.
 
-Every name below is public. Modules, by SPEC file:
+Every name below is public. Modules, by docs/algorithm/README.md file:
 
-* :mod:`rsi_common.math.rrsi` — §2.1–§2.8, §2.12 and the modes (implemented in ``params``, ``values``,
+* :mod:`rsi_common.math.rrsi` — docs/algorithm/formulas.md §2.1–§2.8, §2.12 and the modes (implemented in
+  ``params``, ``values``,
   ``reports``, ``estimator``, ``selection``, ``history``, ``explore``, ``tagging``, ``attribution``,
   ``units``);
-* :mod:`rsi_common.math.calibrate` — §2.9 noise band δ;
-* :mod:`rsi_common.math.bounds` — §2.10 exact-bound early stop;
-* :mod:`rsi_common.math.dream` — §2.11 Dream-RSI formulas (value types in ``dream_types``).
+* :mod:`rsi_common.math.calibrate` — docs/algorithm/formulas.md §2.9 noise band δ;
+* :mod:`rsi_common.math.bounds` — docs/algorithm/formulas.md §2.10 exact-bound early stop;
+* :mod:`rsi_common.math.dream` — docs/algorithm/formulas.md §2.11 Dream-RSI formulas (value types in
+  ``dream_types``).
 
 All functions are pure; randomness enters only through an explicit ``random.Random``. Bad input
 raises :class:`rsi_common.errors.InvalidInput`, a ``ValueError``. Note that the package attribute

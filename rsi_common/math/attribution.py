@@ -1,4 +1,5 @@
-"""Attribution rows of the scoreboard (SPEC §2.8): predicted hits and unpredicted regressions."""
+"""Attribution rows of the scoreboard (docs/algorithm/formulas.md §2.8): predicted hits and unpredicted
+regressions."""
 
 from __future__ import annotations
 

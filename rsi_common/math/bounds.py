@@ -1,4 +1,4 @@
-"""Exact-bound early stop of a candidate evaluation (SPEC §2.10).
+"""Exact-bound early stop of a candidate evaluation (docs/algorithm/formulas.md §2.10).
 
 Partial state over the trials of one candidate (all three in weight units; integers in consolidation):
 
@@ -10,7 +10,7 @@ Partial state over the trials of one candidate (all three in weight units; integ
 so Ŝ_max does not increase; a finished missing trial changes nothing. Once :func:`can_stop_exactly`
 holds it holds for every later state, so it may be checked after any trial, in any order.
 
-**Decisions are unchanged** (ARCHITECTURE invariant 4): the full evaluation's Ŝ' ≤ final Ŝ_max ≤
+**Decisions are unchanged** (docs/architecture.md invariant 4): the full evaluation's Ŝ' ≤ final Ŝ_max ≤
 Ŝ_max at the stop < min(S★ − δ, S_t) − margin, and margin ≥ eps, so the full evaluation also fails the
 floor (an invalid one too, by the invalid-but-hopeless rule), and both recorded ΔS are negative.
 """
@@ -79,7 +79,8 @@ def early_stop_record_delta(A: float, B: float, R: float, S_t: float) -> float:
 
 def invalid_but_hopeless(A: float, B: float, R: float, S_star: float, delta: float, S_t: float, *,
                          margin: float = FLOAT_GUARD) -> bool:
-    """§2.10.4 predicate over a *completed* evaluation's final (A, B, R): the floor rejects it
+    """docs/algorithm/formulas.md §2.10.4 predicate over a *completed* evaluation's final (A, B, R): the
+    floor rejects it
     whatever its missing trials would have scored (= :func:`can_stop_exactly` on the final state)."""
     return can_stop_exactly(A, B, R, S_star, delta, S_t, margin=margin)
 

@@ -1,4 +1,4 @@
-"""The noise band δ (RRSI Eq.5; SPEC §2.9): bootstrap and repeated base evaluations.
+"""The noise band δ (RRSI Eq.5; docs/algorithm/formulas.md §2.9): bootstrap and repeated base evaluations.
 
 Bit-equal results require Python's Mersenne Twister and ``randrange``, the draw order below, and
 the left-to-right sums; do not vectorise.
@@ -93,7 +93,8 @@ def calibrate(evals: Sequence[EvalResult], z: float = 2.0, reps: int = DEFAULT_R
 
     * R ≥ 2: ``sd_null = stdev([ev.S]) · √2`` (the s.d. of a difference of two evaluations),
       method ``"repeated base evaluations"``, plus ``S_per_eval`` and ``max_abs_diff`` (largest
-      pairwise |S_i − S_j|), both unrounded (SPEC lists every rounded field; these are not among them).
+      pairwise |S_i − S_j|), both unrounded (docs/algorithm/README.md lists every rounded field; these are
+      not among them).
     * always: ``se = bootstrap_se(pooled(evals), reps, random.Random(seed))``,
       ``sd_boot = √2 · se · √(k_pooled / k_first)``.
     * ``sd_null`` is used when R ≥ 2 and ``sd_null > 0``, else ``sd_boot``. For R ≥ 2 with identical

@@ -1,4 +1,4 @@
-"""Dream-RSI formulas (Dream-RSI Eq.1; SPEC §2.11) and the Dream value types.
+"""Dream-RSI formulas (Dream-RSI Eq.1; docs/algorithm/formulas.md §2.11) and the Dream value types.
 
 ``beta_cost`` is Dream-RSI Eq.1's β1 (cost per revealed node), ``beta_par`` its β2 (parallelism
 bonus); ``beta`` without suffix is the exploration policy's own knob β ∈ [0, 1].
@@ -257,7 +257,7 @@ def _paired_sweep(sweeps: Sequence[BetaSweep], iteration: int) -> BetaSweep | No
 def next_default_beta(live: Sequence[LiveCycle], sweeps: Sequence[BetaSweep], *, step: float = 0.15,
                       plateau_delta: float = 0.0, window: int = 2, near: float = 0.2, high_beta: float = 0.6,
                       sweep_margin: float = 0.0) -> BetaDecision:
-    """The default β of the next live cycle (SPEC §2.11, steps 1–7).
+    """The default β of the next live cycle (docs/algorithm/formulas.md §2.11, steps 1–7).
 
     Improving (best score gained more than ``plateau_delta`` over ``window`` cycles) keeps β unless
     the paired sweep shows a nearby β with better reward and no worse attainment (conflict →

@@ -1,4 +1,5 @@
-"""Dream-RSI value types (SPEC §2.1, §2.11, §8.2): frozen dataclasses with ``to_json`` / ``from_json``.
+"""Dream-RSI value types (docs/algorithm/formulas.md §2.1, §2.11, docs/algorithm/offline.md §8.2): frozen
+dataclasses with ``to_json`` / ``from_json``.
 
 Conventions as in :mod:`rsi_common.math.values`: construction validates (``InvalidInput``, a
 ``ValueError``), sequences are tuples, ``from_json(to_json(x)) == x``, unknown keys are ignored.

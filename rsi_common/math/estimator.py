@@ -1,4 +1,5 @@
-"""The weighted estimator Ŝ, Ĉ (RRSI Eq.3, SPEC §2.2) and the edit budget (RRSI Eq.4/Eq.9, §2.3)."""
+"""The weighted estimator Ŝ, Ĉ (RRSI Eq.3, docs/algorithm/formulas.md §2.2) and the edit budget (RRSI
+Eq.4/Eq.9, §2.3)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def aggregate(per_task: Mapping[str, TaskResult], k: int, job: str = "",
     ``None`` if there is none. ``n_expected = len(per_task)·k``; ``missing = Σ tr.missing``.
 
     Args:
-        per_task: task id → trials, in the order that drives the bootstrap (§2.9).
+        per_task: task id → trials, in the order that drives the bootstrap (docs/algorithm/formulas.md §2.9).
         k: trials per task (≥ 1).
         job: a label of the evaluation.
         extra: copied into ``EvalResult.extra`` (default ``{}``).

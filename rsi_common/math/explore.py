@@ -1,4 +1,4 @@
-"""Stall-driven exploration of untried kinds (RRSI Eq.13; SPEC §2.6)."""
+"""Stall-driven exploration of untried kinds (RRSI Eq.13; docs/algorithm/formulas.md §2.6)."""
 
 from __future__ import annotations
 

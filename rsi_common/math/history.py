@@ -1,4 +1,4 @@
-"""History summaries over the edit log 𝓛 (RRSI Eq.11, Eq.14; SPEC §2.5).
+"""History summaries over the edit log 𝓛 (RRSI Eq.11, Eq.14; docs/algorithm/formulas.md §2.5).
 
 Callers pass only the rows of rounds before the current one (``r.t < t``); these functions do not
 filter on it. Legacy rows without ``t`` count as measured/tried/accepted history but never fall

@@ -1,4 +1,5 @@
-"""RRSI parameters (SPEC §1.3) and the two modes, paper and production (SPEC §1.5)."""
+"""RRSI parameters (docs/algorithm/formulas.md §1.3) and the two modes, paper and production
+(docs/algorithm/formulas.md §1.5)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ MODES: tuple[str, ...] = ("paper", "production")
 
 @dataclass(frozen=True)
 class RRSIParams:
-    """Parameters of one RRSI loop (SPEC §1.3), validated at construction.
+    """Parameters of one RRSI loop (docs/algorithm/formulas.md §1.3), validated at construction.
 
     A violated constraint raises :class:`~rsi_common.errors.InvalidInput` (a ``ValueError``).
-    ``T`` has no constraint: ``T ≤ 0`` means "no annealing" (the budget stays ``b_max``, §2.3).
+    ``T`` has no constraint: ``T ≤ 0`` means "no annealing" (the budget stays ``b_max``,
+    docs/algorithm/formulas.md §2.3).
     Integer fields reject bool and floats; float fields reject NaN and infinities (project
     decision: ``delta_z`` is the only float without a stated range and must merely be finite).
     """
@@ -42,7 +44,7 @@ class RRSIParams:
     m_draft: int = 1
     """Reserved exploration slots per round."""
     delta: float | None = None
-    """Fixed noise band δ (score units); ``None`` ⇒ calibrate (§2.9)."""
+    """Fixed noise band δ (score units); ``None`` ⇒ calibrate (docs/algorithm/formulas.md §2.9)."""
     delta_z: float = 2.0
     """z of the calibrated band."""
     beta0: float = 0.10
@@ -84,7 +86,7 @@ class RRSIParams:
             object.__setattr__(self, name, value)
 
     def to_json(self) -> dict[str, Any]:
-        """The field names of SPEC §1.3 as keys, in declaration order."""
+        """The field names of docs/algorithm/formulas.md §1.3 as keys, in declaration order."""
         return dataclasses.asdict(self)
 
     @classmethod
@@ -100,7 +102,7 @@ class RRSIParams:
 
 @dataclass(frozen=True)
 class ModeConfig:
-    """The knobs that differ between paper and production mode (SPEC §1.5).
+    """The knobs that differ between paper and production mode (docs/algorithm/formulas.md §1.5).
 
     Only ``mode`` and ``enabled`` are stored; every other knob is a property derived from the mode,
     so a configuration can never mix the two modes. Paper mode always enables all nine kinds;
@@ -165,7 +167,7 @@ class ModeConfig:
 
     @property
     def early_stop(self) -> bool:
-        """Whether the exact-bound early stop (§2.10) is on."""
+        """Whether the exact-bound early stop (docs/algorithm/formulas.md §2.10) is on."""
         return self.mode == "production"
 
     @property
@@ -175,7 +177,7 @@ class ModeConfig:
 
     @property
     def hopeless_rule(self) -> bool:
-        """Whether the invalid-but-hopeless rule (§2.10.4) is on."""
+        """Whether the invalid-but-hopeless rule (docs/algorithm/formulas.md §2.10.4) is on."""
         return self.mode == "production"
 
     def to_json(self) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""RRSI value types that report derived results (SPEC §2.1): the calibration of δ, history
+"""RRSI value types that report derived results (docs/algorithm/formulas.md §2.1): the calibration of δ,
+history
 summaries (accepted edits, prune targets), the exploration state and scoreboard rows.
 
 Conventions as in :mod:`rsi_common.math.values`.
@@ -22,7 +23,7 @@ def _set(obj: object, name: str, value: object) -> None:
 
 @dataclass(frozen=True)
 class Calibration:
-    """The calibrated noise band δ and how it was obtained (§2.9).
+    """The calibrated noise band δ and how it was obtained (docs/algorithm/formulas.md §2.9).
 
     ``sd_null`` is ``None`` for a single base evaluation (R = 1); ``S_per_eval`` and
     ``max_abs_diff`` are set only when R ≥ 2. ``k`` is the trials per task of the **first** base
@@ -99,7 +100,7 @@ class Calibration:
 
 @dataclass(frozen=True)
 class AcceptedEdit:
-    """An accepted history row of one kind, as shown with the prune set (§2.5)."""
+    """An accepted history row of one kind, as shown with the prune set (docs/algorithm/formulas.md §2.5)."""
 
     t: int | None
     edit_id: str | None
@@ -119,7 +120,8 @@ class AcceptedEdit:
 
 @dataclass(frozen=True)
 class PruneTarget:
-    """A kind of the prune set 𝓑_t (§2.5): no strictly improving measured edit lately.
+    """A kind of the prune set 𝓑_t (docs/algorithm/formulas.md §2.5): no strictly improving measured edit
+    lately.
 
     ``recent_best_gain`` is ``None`` when the kind has no measured row in the window (g = −∞),
     else g rounded to 5 decimals.
@@ -156,7 +158,8 @@ class PruneTarget:
 
 @dataclass(frozen=True)
 class Exploration:
-    """Stall flag σ_t, the untried enabled kinds 𝒰_t (𝒦 order) and the reserved slot count (§2.6)."""
+    """Stall flag σ_t, the untried enabled kinds 𝒰_t (𝒦 order) and the reserved slot count
+    (docs/algorithm/formulas.md §2.6)."""
 
     sigma: int
     untried: tuple[str, ...]
@@ -189,7 +192,8 @@ class Exploration:
 
 @dataclass(frozen=True)
 class AttributionRow:
-    """One scoreboard row (§2.8): did an edit move the worlds it predicted, and what else dropped."""
+    """One scoreboard row (docs/algorithm/formulas.md §2.8): did an edit move the worlds it predicted, and
+    what else dropped."""
 
     t: int | None
     variant: str

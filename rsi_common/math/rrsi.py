@@ -1,17 +1,21 @@
-"""RRSI formulas (SPEC §2.1–§2.8, §2.12) and the modes (§1.3, §1.5), as one import surface.
+"""RRSI formulas (docs/algorithm/formulas.md §2.1–§2.8, §2.12) and the modes (§1.3, §1.5), as one import
+surface.
 
-The implementation is split by subject; this module re-exports all of it so that SPEC's paths
+The implementation is split by subject; this module re-exports all of it so that the documented paths
 (``rsi_common.math.rrsi.RRSIParams`` …) hold:
 
 * :mod:`~rsi_common.math.params` — ``RRSIParams``, ``ModeConfig``;
-* :mod:`~rsi_common.math.values` and :mod:`~rsi_common.math.reports` — the value types of §2.1;
-* :mod:`~rsi_common.math.estimator` — Ŝ, Ĉ, ΔS, ΔC and the edit budget (§2.2, §2.3);
-* :mod:`~rsi_common.math.selection` — floor, cost rule, novelty, guards, judge, select_round (§2.4);
-* :mod:`~rsi_common.math.history` — tried set, recent yield, prune set (§2.5);
-* :mod:`~rsi_common.math.explore` — stall flag and reserved slots (§2.6);
-* :mod:`~rsi_common.math.tagging` — component-tag normalisation (§2.7);
-* :mod:`~rsi_common.math.attribution` — scoreboard rows (§2.8);
-* :mod:`~rsi_common.math.units` — unit helpers (§2.12).
+* :mod:`~rsi_common.math.values` and :mod:`~rsi_common.math.reports` — the value types of
+  docs/algorithm/formulas.md §2.1;
+* :mod:`~rsi_common.math.estimator` — Ŝ, Ĉ, ΔS, ΔC and the edit budget
+  (docs/algorithm/formulas.md §2.2, §2.3);
+* :mod:`~rsi_common.math.selection` — floor, cost rule, novelty, guards, judge, select_round
+  (docs/algorithm/formulas.md §2.4);
+* :mod:`~rsi_common.math.history` — tried set, recent yield, prune set (docs/algorithm/formulas.md §2.5);
+* :mod:`~rsi_common.math.explore` — stall flag and reserved slots (docs/algorithm/formulas.md §2.6);
+* :mod:`~rsi_common.math.tagging` — component-tag normalisation (docs/algorithm/formulas.md §2.7);
+* :mod:`~rsi_common.math.attribution` — scoreboard rows (docs/algorithm/formulas.md §2.8);
+* :mod:`~rsi_common.math.units` — unit helpers (docs/algorithm/formulas.md §2.12).
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""Selection (RRSI Eq.5–7, Eq.15–17, Algorithm 2; SPEC §2.4) and the guards of §3.11.
+"""Selection (RRSI Eq.5–7, Eq.15–17, Algorithm 2; docs/algorithm/formulas.md §2.4) and the guards of
+docs/algorithm/consolidation.md §3.11.
 
-Every comparison takes ``eps`` (0.0 in paper mode, 1e-12 in production, §1.5) so that exact
+Every comparison takes ``eps`` (0.0 in paper mode, 1e-12 in production, docs/algorithm/formulas.md §1.5) so
+that exact
 rational ties (ΔS = δ, S' = S★ − δ) fall the way the formula is written despite float rounding.
 """
 
@@ -118,7 +120,8 @@ def rate_guard(max_valid_drop: float = 0.03, max_nosub_rise: float = 0.02, *, va
 
     A rate that is missing, not a number, bool or NaN on either side is not checked. Violations:
     ``inc_valid − cand_valid > max_valid_drop + eps`` and ``cand_nosub − inc_nosub > max_nosub_rise + eps``.
-    ``eps`` is an addition to SPEC's signature (default 0.0 = SPEC): in floats 1.0 − 0.85 is
+    ``eps`` is an addition to docs/algorithm/README.md signature (default 0.0 = docs/algorithm/README.md): in
+    floats 1.0 − 0.85 is
     0.15000000000000002, so a drop of exactly the limit violates unless the mode's eps is passed.
 
     Raises:
@@ -147,7 +150,8 @@ def covers(r: str, a: str) -> bool:
 
 
 def exercised_guard(inc_ev: EvalResult, cand_ev: EvalResult) -> list[str]:
-    """§3.11: every edited param address must be read by some replay of the candidate.
+    """docs/algorithm/consolidation.md §3.11: every edited param address must be read by some replay of the
+    candidate.
 
     ``read = cand_ev.extra["params_read"]``, ``touched = cand_ev.extra["touched_params"]``; no
     violation when ``read`` is ``None`` (absent) or ``touched`` is empty. Dead addresses are listed
@@ -176,7 +180,8 @@ def combine_guards(*guards: Guard) -> Guard:
 def judge(cand: Candidate, inc_ev: EvalResult, S_star: float, delta: float, params: RRSIParams,
           counts: Mapping[str, int], guard_violations: Sequence[str] | None = None, *,
           enabled: Sequence[str], k_str: Sequence[str] = K_STR, eps: float) -> Decision:
-    """Judge one candidate: floor → cost rule → guard, keeping the first failure (§2.4).
+    """Judge one candidate: floor → cost rule → guard, keeping the first failure
+    (docs/algorithm/formulas.md §2.4).
 
     Unmeasured (``cand.ev is None``): inadmissible, reason and code = the gate (or
     ``"not evaluated"`` / ``not_evaluated``), numeric fields ``None``. Measured: ΔS against the

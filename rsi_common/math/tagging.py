@@ -1,4 +1,4 @@
-"""Component-tag normalisation from diffs (SPEC §2.7).
+"""Component-tag normalisation from diffs (docs/algorithm/formulas.md §2.7).
 
 A declared tag is kept only with evidence; otherwise the change is reclassified. Re-tagging never
 rejects a candidate. ``signals`` arguments are *domain signals*: an ordered mapping kind → regexes,
@@ -41,7 +41,7 @@ def _search(pattern: str, text: str) -> bool:
 def _changed_lines(diff: str) -> list[str]:
     """The remainders of changed lines (``+``/``-`` but not ``+++``/``---``) that are not blank.
 
-    Lines are split on ``"\\n"`` only (diffs are joined with ``"\\n"``, §3.9).
+    Lines are split on ``"\\n"`` only (diffs are joined with ``"\\n"``, docs/algorithm/consolidation.md §3.9).
     """
     out = []
     for line in diff.split("\n"):

@@ -1,6 +1,7 @@
-"""Unit conversions for choosing δ, β1 and w_s from counts (SPEC §2.12).
+"""Unit conversions for choosing δ, β1 and w_s from counts (docs/algorithm/formulas.md §2.12).
 
-For consolidation the natural unit is one criterion verdict, ``1 / Σw`` (§2.9). Examples: 3 passes
+For consolidation the natural unit is one criterion verdict, ``1 / Σw`` (docs/algorithm/formulas.md §2.9).
+Examples: 3 passes
 of 178 trials → δ = 0.01685; +25 % tokens per extra pass of 178 → β1 = 44.5; 0.1 per criterion of
 14,140 → w_s = 1414.
 """

@@ -1,4 +1,5 @@
-"""RRSI value types of evaluation and selection (SPEC §2.1): trials, evaluations, edits, candidates,
+"""RRSI value types of evaluation and selection (docs/algorithm/formulas.md §2.1): trials, evaluations,
+edits, candidates,
 decisions and history rows — small frozen dataclasses with ``to_json`` / ``from_json``.
 
 Conventions shared by every type here:
@@ -8,7 +9,8 @@ Conventions shared by every type here:
   after construction (nested JSON inside ``extra`` / ``payload`` is the caller's to leave alone).
   The copies survive ``copy.deepcopy``, ``dataclasses.asdict`` and ``json.dumps``.
 * ``to_json`` returns plain JSON types (``dict``, ``list``, ``str``, numbers, ``None``) in the key
-  order SPEC gives; ``from_json(to_json(x)) == x``. ``from_json`` ignores unknown keys (forward
+  order docs/algorithm/README.md gives; ``from_json(to_json(x)) == x``. ``from_json`` ignores unknown keys
+  (forward
   compatibility, project decision) and raises on a missing key that has no default.
 """
 
@@ -54,7 +56,8 @@ class TaskResult:
     Rewards lie in [0, 1]; a missing trial is present as reward 0.0 with its full weight and is
     counted in ``missing`` (so ``missing ≤ len(rewards)``). Empty ``weights`` ⇒ every weight 1.0;
     empty ``tokens`` ⇒ every token count unknown. Weights are finite and ≥ 0. Tokens are numbers or
-    ``None``; non-positive numbers and bools are allowed here but never enter Ĉ (§2.2); NaN is an error.
+    ``None``; non-positive numbers and bools are allowed here but never enter Ĉ
+    (docs/algorithm/formulas.md §2.2); NaN is an error.
     """
 
     rewards: tuple[float, ...]
@@ -131,11 +134,14 @@ class TaskResult:
 
 @dataclass(frozen=True)
 class EvalResult:
-    """One evaluation of one harness: per-task trials and the aggregate Ŝ, Ĉ (§2.2).
+    """One evaluation of one harness: per-task trials and the aggregate Ŝ, Ĉ
+    (docs/algorithm/formulas.md §2.2).
 
     ``per_task`` maps task id → :class:`TaskResult`; its insertion order is significant (it drives the
-    bootstrap, §2.9). ``S`` ∈ [0, 1] is the weighted mean reward (an early-stopped candidate carries
-    its upper bound Ŝ_max here, §2.10.5); ``C`` is the mean positive token count or ``None``.
+    bootstrap, docs/algorithm/formulas.md §2.9). ``S`` ∈ [0, 1] is the weighted mean reward (an early-stopped
+    candidate carries
+    its upper bound Ŝ_max here, docs/algorithm/formulas.md §2.10.5); ``C`` is the mean positive token count
+    or ``None``.
     ``k`` (trials per task) ≥ 1; ``n_expected`` and ``missing`` are trial counts ≥ 0.
     """
 
@@ -201,7 +207,7 @@ _EDIT_OPTIONAL = ("why_not_lower_lever", "trigger_condition", "regression_risk",
 
 @dataclass(frozen=True)
 class Edit:
-    """One declared edit of a candidate (§2.1, §6.1).
+    """One declared edit of a candidate (docs/algorithm/formulas.md §2.1, §6.1).
 
     ``component`` is the kind tag (after tagging, the normalised one; ``declared_component`` keeps
     what the proposer declared). ``predicted_affected`` lists task/world ids (strings, or integers
@@ -267,7 +273,7 @@ class EditRecord:
     """One history row 𝓛 (RRSI Eq.10): one declared edit of one candidate of round ``t``.
 
     ``delta_S`` is ``None`` for gate outcomes (unmeasured). ``t`` may be ``None`` only for legacy rows
-    read back from storage (§3.2 keeps rows without ``t``).
+    read back from storage (docs/algorithm/consolidation.md §3.2 keeps rows without ``t``).
     """
 
     t: int | None
@@ -325,7 +331,7 @@ class EditRecord:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> EditRecord:
-        """Tolerant reader (§2.1): every key may be missing.
+        """Tolerant reader (docs/algorithm/formulas.md §2.1): every key may be missing.
 
         ``variant`` / ``outcome`` default to ``""``, ``bundle = int(d.get("bundle") or 0)``,
         ``accepted = bool(d.get("accepted"))``, ``early_stopped = bool(...)``, ``detail`` ``""``,
@@ -416,7 +422,7 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Decision:
-    """The judgement of one candidate (§2.4 ``judge``).
+    """The judgement of one candidate (docs/algorithm/formulas.md §2.4 ``judge``).
 
     ``reason_code`` ∈ {a gate code, ``not_evaluated``, ``floor``, ``cost_rule``, ``guard``,
     ``admissible``}. Numeric fields are ``None`` for unmeasured candidates. ``guards`` holds the

@@ -204,7 +204,8 @@ def critical_path(params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
 
 def failures_to_stop(params: Mapping[str, Any], k: int) -> dict[str, Any]:
     """How many failed trials (heaviest first) a candidate needs before the exact bound can stop
-    it (SPEC §2.10), from the run's stored round parameters — the floor on early stop's work.
+    it (docs/algorithm/formulas.md §2.10), from the run's stored round parameters — the floor on early stop's
+    work.
     Reads only ``round.S_star``, ``round.delta``, ``round.S_t`` and ``checks`` (any stored version
     of the run context), typed: a wrong type is a ``StoredDataError`` naming the field."""
     from rsi_common.math.bounds import can_stop_exactly

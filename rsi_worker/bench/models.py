@@ -4,7 +4,8 @@ The default models (sim or real, from settings), except for agents whose model i
 :data:`HOPELESS_MODEL`: there, variant B's proposer always writes a harness the policy model cannot
 work with — its system prompt carries :data:`MARKER`, and a policy call under such a prompt answers
 "I cannot help with that." after the usual sim latency. Every judge then fails B's replays, so B is
-a hopeless candidate that the exact-bound early stop (SPEC §2.10) can cancel. Variant A and every
+a hopeless candidate that the exact-bound early stop (docs/algorithm/formulas.md §2.10) can cancel. Variant A
+and every
 other role behave as usual. Keying on the agent's model (recorded in its worlds) lets one worker
 pool serve ordinary and hopeless agents side by side.
 """

@@ -1,4 +1,5 @@
-"""The Celery cluster (ARCHITECTURE §1, §3, §5): the app, its tasks, the sweeper, the recovery rules.
+"""The Celery cluster (docs/architecture.md#1-shape, docs/protocol.md#redis-key-protocol,
+docs/architecture.md#5-modes): the app, its tasks, the sweeper, the recovery rules.
 
 * :mod:`~rsi_worker.cluster.app` — :func:`create_app`: settings, queue routing, the beat schedule;
   :func:`app_from_env`, which builds the module-level app of

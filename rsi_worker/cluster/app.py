@@ -1,4 +1,5 @@
-"""The Celery app factory and queue routing (ARCHITECTURE §1, §3, §5).
+"""The Celery app factory and queue routing (docs/architecture.md#1-shape,
+docs/protocol.md#redis-key-protocol, docs/architecture.md#5-modes).
 
 One app per process, built from :class:`~rsi_common.config.Settings` by :func:`create_app`; the
 tasks of :mod:`rsi_worker.cluster.tasks` are registered on it. Connection objects (database engine,

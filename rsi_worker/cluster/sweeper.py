@@ -1,4 +1,5 @@
-"""The sweeper (SPEC §3.12.3, ARCHITECTURE §3) as a plain function; the Celery beat task calls it
+"""The sweeper (docs/algorithm/consolidation.md §3.12.3, docs/protocol.md#redis-key-protocol) as a plain
+function; the Celery beat task calls it
 every ``sweep_interval_s``. What each step recovers from: ``docs/operations/failure-recovery.md``.
 
 One :func:`sweep` does, in order:

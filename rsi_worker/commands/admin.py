@@ -1,5 +1,6 @@
 """Managing agents' harness versions: ``rsi runs``, ``rsi lineage``, ``rsi diff``, ``rsi rollback``,
-``rsi pin``, ``rsi freeze``, ``rsi unfreeze`` (SPEC §3.12.10), all through the host API
+``rsi pin``, ``rsi freeze``, ``rsi unfreeze`` (docs/algorithm/consolidation.md §3.12.10), all through the
+host API
 (:class:`~rsi_common.client.RsiClient`, built from the ``RSI_*`` settings).
 
 A version argument ``V`` is a stored version id (``sha256:<hex>``), ``h0`` (the builtin starting

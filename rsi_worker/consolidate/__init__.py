@@ -1,4 +1,4 @@
-"""Turn consolidation (SPEC §3) as plain functions.
+"""Turn consolidation (docs/algorithm/consolidation.md §3) as plain functions.
 
 Each step loads its inputs from SQL, computes, and stores what the next step needs. The run's
 state machine (:mod:`~rsi_worker.consolidate.flow`) declares the steps and what follows each, and

@@ -52,7 +52,8 @@ class ModelFactory(Protocol):
 
 
 def default_models(settings: Settings) -> ModelFactory:
-    """Real factories from settings: role overrides for the consolidation roles (SPEC §1.6)."""
+    """Real factories from settings: role overrides for the consolidation roles
+    (docs/algorithm/formulas.md §1.6)."""
 
     def build(provider: str, model: str, role: str) -> ModelClient:
         if role in ("policy", "compact"):
@@ -63,7 +64,7 @@ def default_models(settings: Settings) -> ModelFactory:
 
 
 class CountingClient:
-    """A client wrapper that counts calls and tokens (role usage is evolution cost, SPEC §6)."""
+    """A client wrapper that counts calls and tokens (role usage is evolution cost, docs/formats.md §6)."""
 
     def __init__(self, inner: ModelClient) -> None:
         self.inner = inner

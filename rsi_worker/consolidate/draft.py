@@ -1,4 +1,5 @@
-"""Drafting one candidate (SPEC §3.9 steps 1–7): propose, review, re-tag, load-check, build the payload.
+"""Drafting one candidate (docs/algorithm/consolidation.md §3.9 steps 1–7): propose, review, re-tag,
+load-check, build the payload.
 
 :func:`draft_candidate` is what the ``draft_candidate`` Celery task (and the inline pipeline) calls for
 one variant. It never raises: every failure ends as a gate on the returned :class:`Draft`.
@@ -22,7 +23,8 @@ one variant. It never raises: every failure ends as a gate on the returned :clas
    touched addresses and the ``set`` addresses are stored.
 6. **Smoke** = load check: build the harness from the workspace and instantiate every enabled
    component; an exception → gate ``smoke_fail`` (``"<Type>: <msg>"[:600]``).
-7. Payload (§5.3) with ``parent`` = the incumbent's version (provenance; the version ignores it).
+7. Payload (docs/formats.md §5.3) with ``parent`` = the incumbent's version (provenance; the version ignores
+it).
 
 Any other exception → gate ``no_proposal`` with ``"<Type>: <msg>"[:600]``. Gated drafts still carry
 the diff and the declared (or, when possible, re-tagged) edits so history rows can be written.
@@ -70,7 +72,8 @@ RESERVED_REASON = ("RESERVED EXPLORATION SLOT: no edit lands on an untried kind,
 
 @dataclass(frozen=True)
 class DraftContext:
-    """Everything the proposer and the critic need for one round (SPEC §3.3 step 10–11, §3.9).
+    """Everything the proposer and the critic need for one round (docs/algorithm/consolidation.md §3.3 step
+    10–11, §3.9).
 
     Attributes:
         incumbent: the current harness (the workspace is copied from it; touch sets are against it).
@@ -340,7 +343,8 @@ class _Drafter:
 
 def draft_candidate(ctx: DraftContext, variant: str, index: int, *, proposer: ModelClient,
                     critic: ModelClient) -> Draft:
-    """Draft variant ``variant`` (index ``index``) of the round (SPEC §3.9; module docstring).
+    """Draft variant ``variant`` (index ``index``) of the round (docs/algorithm/consolidation.md §3.9; module
+    docstring).
 
     Args:
         ctx: the round.

@@ -1,4 +1,5 @@
-"""Drafting the round's candidates (SPEC §3.3 step 12) and launching each one's replays (step 13)
+"""Drafting the round's candidates (docs/algorithm/consolidation.md §3.3 step 12) and launching each one's
+replays (step 13)
 as soon as its draft passed (docs/architecture.md#one-consolidation-on-the-cluster).
 
 Idempotency: a draft is stored under its variant label in ``rsi_runs.drafts`` with a locked

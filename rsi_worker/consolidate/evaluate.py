@@ -1,4 +1,5 @@
-"""Evaluation by replay (SPEC §3.6): trial plans, scoring one trial, assembling an evaluation.
+"""Evaluation by replay (docs/algorithm/consolidation.md §3.6): trial plans, scoring one trial, assembling an
+evaluation.
 
 A *trial row* is the stored result of one slot ``(candidate, world_id, trial)``, a plain dict::
 
@@ -172,7 +173,8 @@ def score(
 
 @dataclass(frozen=True)
 class StopContext:
-    """What the early-stop check of a candidate needs (SPEC §2.10, §3.6.3)."""
+    """What the early-stop check of a candidate needs (docs/algorithm/formulas.md §2.10,
+    docs/algorithm/consolidation.md §3.6.3)."""
 
     S_star: float
     delta: float
@@ -242,7 +244,8 @@ def assemble(
     job: str,
     stop: StopContext | None = None,
 ) -> Assembled:
-    """Assemble one candidate's (or the incumbent's) evaluation from its trial rows (SPEC §3.6.3).
+    """Assemble one candidate's (or the incumbent's) evaluation from its trial rows
+    (docs/algorithm/consolidation.md §3.6.3).
 
     Args:
         world_ids: W in order (the ``per_task`` insertion order).

@@ -1,4 +1,4 @@
-"""The final write of a run (SPEC §3.3 step 18, §3.12.7–8) and the state it saves.
+"""The final write of a run (docs/algorithm/consolidation.md §3.3 step 18, §3.12.7–8) and the state it saves.
 
 The saved state is rebuilt here from the run's stored context and rows, never carried in memory
 between steps: start state → seen digests, incumbent replays cached, the analysis, merged verdicts,
@@ -69,7 +69,7 @@ def build_state(
         return start.to_json() if start.set_seen(ctx.digests, ctx.loaded) else None
     p = deps.params
     state = start  # freshly loaded by the caller and not shared: no defensive copy
-    for r in rows:  # verdict cache entries travel in the trial rows (SPEC §3.6.2)
+    for r in rows:  # verdict cache entries travel in the trial rows (docs/algorithm/consolidation.md §3.6.2)
         for key, verdict in ((r.get("result") or {}).get("new_verdicts") or {}).items():
             state.verdicts[key] = list(verdict)
     if ctx.round.inc_ev is not None:

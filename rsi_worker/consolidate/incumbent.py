@@ -1,4 +1,4 @@
-"""Measuring the incumbent and setting up the round (SPEC §3.3 steps 8–11)."""
+"""Measuring the incumbent and setting up the round (docs/algorithm/consolidation.md §3.3 steps 8–11)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,8 @@ def round_parameters(
     deps: Deps,
     failing: Sequence[str] = (),
 ) -> RoundParams:
-    """SPEC §3.3 step 10: unit, δ, S★, b_t, σ_t, enabled, tried, exploration, reserved, prune."""
+    """docs/algorithm/consolidation.md §3.3 step 10: unit, δ, S★, b_t, σ_t, enabled, tried, exploration,
+    reserved, prune."""
     p = deps.params
     total_w = sum(w for tr in inc_ev.per_task.values() for w in tr.weight_list())
     unit = 1.0 / max(1.0, total_w)
@@ -95,7 +96,8 @@ def _pick(rows: Sequence[Mapping[str, Any]], worst: bool) -> Mapping[str, Any] |
 def views_of(
     ctx: RoundContext, worlds: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], inc_ev: EvalResult
 ) -> list[View]:
-    """SPEC §3.3 step 11: per world of W, its worst incumbent trial if failing, else its best."""
+    """docs/algorithm/consolidation.md §3.3 step 11: per world of W, its worst incumbent trial if failing,
+    else its best."""
     views: list[View] = []
     for wid in ctx.worlds:
         if wid not in worlds:

@@ -1,4 +1,4 @@
-"""Judging a round (SPEC §3.3 steps 14–17): assemble, select, record, decide.
+"""Judging a round (docs/algorithm/consolidation.md §3.3 steps 14–17): assemble, select, record, decide.
 
 The judge recomputes everything from stored rows, so a redelivered judge decides the same.
 """

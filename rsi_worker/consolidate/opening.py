@@ -1,4 +1,5 @@
-"""Opening a run (SPEC §3.3 steps 1–7): the run row, signals, criteria, the decision to open a round, W.
+"""Opening a run (docs/algorithm/consolidation.md §3.3 steps 1–7): the run row, signals, criteria, the
+decision to open a round, W.
 
 **Forced runs (project decision).** ``open_run(..., force=True)`` treats every scored world as
 fresh: the ``seen`` digests of the stored state are ignored for this run only, so a run re-considers

@@ -1,4 +1,4 @@
-"""The outcome of one consolidation run (SPEC §3.1)."""
+"""The outcome of one consolidation run (docs/algorithm/consolidation.md §3.1)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from typing import Any, Literal
 __all__ = ["ConsolidationResult", "Status", "merge_usage"]
 
 Status = Literal["recorded", "kept", "failed", "adopted", "skipped", "interrupted"]
-"""``recorded``/``kept``/``failed``/``adopted`` are results (SPEC §3.3); ``skipped`` and
-``interrupted`` are host-level run statuses (SPEC §3.12)."""
+"""``recorded``/``kept``/``failed``/``adopted`` are results (docs/algorithm/consolidation.md §3.3);
+``skipped`` and
+``interrupted`` are host-level run statuses (docs/algorithm/consolidation.md §3.12)."""
 
 
 def merge_usage(into: dict[str, dict[str, int]], more: Mapping[str, Mapping[str, int]] | None) -> None:

@@ -1,4 +1,4 @@
-"""User signals → criteria (SPEC §3.4).
+"""User signals → criteria (docs/algorithm/consolidation.md §3.4).
 
 A world's signal dict: ``{"expected": str, "stars": int 1..5 | None, "issue": str, "comment": str,
 "criteria": [str], "implicit": {"kind", "criterion", "evidence", "error"?}}``. Explicit fields come
@@ -78,7 +78,7 @@ def _implicit(signals: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def checks_for(signals: Mapping[str, Any] | None, answer: str = "") -> list[dict[str, Any]]:
-    """The checks a world's signals define, in SPEC §3.4 order.
+    """The checks a world's signals define, in docs/algorithm/consolidation.md §3.4 order.
 
     Returns:
         ``[{"kind": "answer_criteria", "name", "criterion", "reference"?}, ...]``.
@@ -116,7 +116,7 @@ def checks_for(signals: Mapping[str, Any] | None, answer: str = "") -> list[dict
 
 
 def negative(signals: Mapping[str, Any] | None) -> bool:
-    """True when the signals ask for a fix (SPEC §3.4)."""
+    """True when the signals ask for a fix (docs/algorithm/consolidation.md §3.4)."""
     s = signals or {}
     stars = _stars(s)
     return bool(
@@ -129,7 +129,8 @@ def negative(signals: Mapping[str, Any] | None) -> bool:
 
 
 def unread_pairs(worlds: Sequence[WorldLike], latest: str, limit: int) -> list[tuple[WorldLike, WorldLike]]:
-    """Pairs ``(prev, cur)`` whose implicit signal is still unread (SPEC §3.4 "Unread pairs").
+    """Pairs ``(prev, cur)`` whose implicit signal is still unread (docs/algorithm/consolidation.md §3.4
+    "Unread pairs").
 
     ``prev`` is the world of the same non-empty conversation with the largest ``seq < cur.seq``;
     a pair is kept when ``"implicit"`` is not yet in ``prev.signals``, ``prev.answer`` is non-blank

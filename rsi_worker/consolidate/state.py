@@ -1,4 +1,5 @@
-"""The per-agent consolidation state (SPEC §3.2), stored as JSON in ``rsi_agents.state``.
+"""The per-agent consolidation state (docs/algorithm/consolidation.md §3.2), stored as JSON in
+``rsi_agents.state``.
 
 Format ``rsi-consolidation-state/1`` (docs/formats.md#consolidation-state-format). A stored state is
 hostile input: :meth:`ConsolidationState.from_json` refuses an unknown format id (:data:`MIGRATIONS`
@@ -59,7 +60,7 @@ def _stars(value: Any) -> int | None:
 
 
 def signal_digest(signals: Mapping[str, Any] | None) -> str:
-    """First 16 hex chars of SHA-256 over the canonical signal summary (SPEC §3.2).
+    """First 16 hex chars of SHA-256 over the canonical signal summary (docs/algorithm/consolidation.md §3.2).
 
     Only what can change a criterion enters the digest; the implicit verdict counts when its kind
     is ``correction``, ``complaint`` or ``accept`` (its ``evidence`` and ``error`` never do).
@@ -234,7 +235,7 @@ def remember(
     results_by_world: Mapping[str, Sequence[Mapping[str, Any]]],
     k: int,
 ) -> None:
-    """Cache up to ``k`` replay results per world under ``version`` (SPEC §3.6.5).
+    """Cache up to ``k`` replay results per world under ``version`` (docs/algorithm/consolidation.md §3.6.5).
 
     ``results_by_world`` holds ReplayResult JSON of ``replay``-source, non-missing trials in trial
     order; the transcript is dropped; a world's entry is replaced.

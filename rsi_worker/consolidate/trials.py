@@ -1,4 +1,4 @@
-"""One replay trial of a run (SPEC §3.6.2): the body of the ``replay_trial`` task.
+"""One replay trial of a run (docs/algorithm/consolidation.md §3.6.2): the body of the ``replay_trial`` task.
 
 Idempotency key: ``(run_id, candidate, world_id, trial)``. A stored row for the slot is returned
 as it is (redelivery); a new row is inserted at most once (``INSERT … ON CONFLICT DO NOTHING``)

@@ -1,5 +1,5 @@
 """The worlds of a run: lazy, poison-tolerant loading (:class:`WorldPool`) and evaluation-world selection
-(SPEC §3.5)."""
+(docs/algorithm/consolidation.md §3.5)."""
 
 from __future__ import annotations
 

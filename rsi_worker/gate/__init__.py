@@ -3,7 +3,7 @@
 * :mod:`~rsi_worker.gate.screen` — the deterministic screen (manifest and locks, privileges, the
   pattern precheck, untrusted text), run before and independent of the model critic
   (``rsi_worker.roles.critic``);
-* :mod:`~rsi_worker.gate.precheck` — the critic's first stage (SPEC §6.2): fixed patterns over the
+* :mod:`~rsi_worker.gate.precheck` — the critic's first stage (docs/formats.md §6.2): fixed patterns over the
   added text;
 * :mod:`~rsi_worker.gate.untrusted` — what counts as untrusted text, shared spans, identifiers;
 * :mod:`~rsi_worker.gate.overrides` — instruction-override forms;

@@ -1,4 +1,4 @@
-"""The pattern precheck (SPEC §6.2 stage 1): fixed patterns over the text a candidate adds.
+"""The pattern precheck (docs/formats.md §6.2 stage 1): fixed patterns over the text a candidate adds.
 
 The critic's first stage, run by the gate's screen (:mod:`~rsi_worker.gate.screen`) before any model
 sees the candidate, and again by :func:`rsi_worker.roles.critic.review`.
@@ -9,7 +9,8 @@ without a leading ``b/``. Every line is scanned as written and, when it holds JS
 hide a match (project decision). Patterns: the credential table of :mod:`rsi_common.credentials`
 (text normalised first, so a zero-width character inside a key hides nothing;
 ``docs/security/credentials.md``), the production patterns :data:`PRODUCTION_PATTERNS` and the
-per-consolidation :func:`critic_patterns` (§3.9). An empty diff → reject ``"empty diff"``; any hit →
+per-consolidation :func:`critic_patterns` (docs/algorithm/consolidation.md §3.9). An empty diff → reject
+``"empty diff"``; any hit →
 reject with reasons ``precheck: <label>``, plus ``: '<snippet>'`` for the world-id, expected-text and
 artefact labels — never for credentials.
 """
@@ -52,7 +53,7 @@ _JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
 def critic_patterns(worlds: Iterable[Any]) -> list[Pattern]:
-    """The per-consolidation patterns (§3.9), de-duplicated, in world order.
+    """The per-consolidation patterns (docs/algorithm/consolidation.md §3.9), de-duplicated, in world order.
 
     For each world: its id as a bounded literal (label ``recorded world id``); for each stripped line
     of its ``expected`` signal of at least 24 chars, the escaped line (label ``expected answer text``).

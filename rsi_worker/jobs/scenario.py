@@ -1,6 +1,6 @@
 """A small shopping-assistant agent used by the demo, the tests and the load generator.
 
-It gives the sim model (SIM.md) something realistic to do: a ``search`` tool whose recorded
+It gives the sim model (docs/formats.md) something realistic to do: a ``search`` tool whose recorded
 results are ``key: value`` lines, turns that name the tool, and user follow-ups (corrections,
 thanks, new topics) in the same conversation. Nothing here is a fake of the system under test:
 turns run through the real kernel and are recorded through the real host API.

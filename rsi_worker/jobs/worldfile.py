@@ -5,7 +5,7 @@ Line format (keys in this order; the world itself is versioned by its ``schema``
     {"agent_id": str, "io_id": str, "interaction_id": str, "seq": int, "world": {...}, "signals": {...}}
 
 An export lists one agent's stored worlds oldest first (newest last: ``clock``, then ``seq``), so an
-import in file order numbers ``seq`` the same way again (``seq`` is recomputed on import, SPEC §4 —
+import in file order numbers ``seq`` the same way again (``seq`` is recomputed on import, docs/formats.md §4 —
 the line's ``seq`` is informational and only type-checked).
 
 **Import** reads the file as bytes and checks every line on its own; a bad line is reported with its

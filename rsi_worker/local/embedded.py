@@ -1,4 +1,4 @@
-"""The one-command local mode (ARCHITECTURE §5): a whole cluster under ``settings.home``.
+"""The one-command local mode (docs/architecture.md#5-modes): a whole cluster under ``settings.home``.
 
 * **embedded, redis binary** — when ``redis-server`` is on PATH: a private server on a unix
   socket under ``<home>/redis/``, SQLite under ``<home>/``, and ``workers`` real ``rsi worker``

@@ -17,7 +17,8 @@ code only logs. In JSON mode those commands also drop Celery's start-up banner; 
 Celery's signal handlers print on shutdown (``worker: Warm shutdown (MainProcess)``) stay plain text,
 since a signal handler cannot log safely.
 
-**Credentials never reach the output** (ARCHITECTURE §7 invariant 7): every string of a line —
+**Credentials never reach the output** (docs/architecture.md#7-invariants invariant 7): every string of a
+line —
 message, extras, traceback — goes through a :class:`Scrubber` that replaces the values of the
 settings' secrets (``SecretStr`` fields, passwords in URLs), anything the credential table finds
 (:func:`rsi_common.credentials.redact`, the table world capture and the critic use; see

@@ -1,4 +1,4 @@
-"""Prometheus metrics of a worker process (ARCHITECTURE §3, issue 8).
+"""Prometheus metrics of a worker process (docs/protocol.md#redis-key-protocol, issue 8).
 
 The pipeline reports what happened through a small :class:`Metrics` object carried in
 :class:`~rsi_worker.consolidate.Deps` (``deps.metrics``) and in the worker context

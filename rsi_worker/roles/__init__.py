@@ -1,11 +1,15 @@
-"""The consolidation roles (SPEC §3.4, §3.7, §3.8, §6): model calls with fixed prompt layouts.
+"""The consolidation roles (docs/algorithm/consolidation.md §3.4, §3.7, §3.8, docs/formats.md §6): model
+calls with fixed prompt layouts.
 
-* :mod:`~rsi_worker.roles.signal` — the implicit-signal reader (§3.4);
-* :mod:`~rsi_worker.roles.judge` — the criteria judge and its verdict key (§3.7);
-* :mod:`~rsi_worker.roles.analyst` — evidence rendering and the analyst (§3.8);
-* :mod:`~rsi_worker.roles.proposer` — the proposer's action protocol (§6.1), with its context in
+* :mod:`~rsi_worker.roles.signal` — the implicit-signal reader (docs/algorithm/consolidation.md §3.4);
+* :mod:`~rsi_worker.roles.judge` — the criteria judge and its verdict key
+  (docs/algorithm/consolidation.md §3.7);
+* :mod:`~rsi_worker.roles.analyst` — evidence rendering and the analyst
+  (docs/algorithm/consolidation.md §3.8);
+* :mod:`~rsi_worker.roles.proposer` — the proposer's action protocol (docs/formats.md §6.1), with its context
+  in
   :mod:`~rsi_worker.roles.proposer_context` and the constitution files in ``constitution/``;
-* :mod:`~rsi_worker.roles.critic` — the review (§6.2): the gate's pattern precheck
+* :mod:`~rsi_worker.roles.critic` — the review (docs/formats.md §6.2): the gate's pattern precheck
   (:mod:`rsi_worker.gate.precheck`), then the model.
 
 The sim model's behaviours for the analyst, proposer and critic live beside these layouts in

@@ -1,4 +1,4 @@
-"""Evidence rendering and the analyst role (SPEC §3.8).
+"""Evidence rendering and the analyst role (docs/algorithm/consolidation.md §3.8).
 
 A *view* is one evaluation world seen through one incumbent trial: the world, the chosen trial row
 (or none), the world's checks and the incumbent mean. :func:`render` turns it into the text the
@@ -95,7 +95,8 @@ def _steps(transcript: Sequence[Mapping[str, Any]], clip: int) -> list[str]:
 
 
 def render(view: View, detail: bool = False) -> str:
-    """The text of one view (SPEC §3.8); strings clipped to 6,000 chars with ``detail``, else 1,500."""
+    """The text of one view (docs/algorithm/consolidation.md §3.8); strings clipped to 6,000 chars with
+    ``detail``, else 1,500."""
     clip = 6_000 if detail else 1_500
     w, rep = view.world, view.replay
     source = (view.row or {}).get("source")

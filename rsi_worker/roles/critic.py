@@ -1,10 +1,11 @@
-"""The critic (SPEC §6.2): a deterministic precheck, then a model review, before any evaluation.
+"""The critic (docs/formats.md §6.2): a deterministic precheck, then a model review, before any evaluation.
 
 **Stage 1 — precheck**: the fixed patterns over the text a candidate adds
 (:mod:`rsi_worker.gate.precheck`); any hit rejects without a model call. The gate's screen runs it
 before the model stage (:mod:`rsi_worker.gate.screen`); :func:`review` runs both stages.
 
-**Stage 2 — model review**: system prompt = strict reviewer + critic brief (§3.10) + the 11 rules;
+**Stage 2 — model review**: system prompt = strict reviewer + critic brief
+(docs/algorithm/consolidation.md §3.10) + the 11 rules;
 user payload sections ``SUMMARY``, ``TARGETS``, ``DECLARED EDITS`` (JSON ≤ 20,000 chars),
 ``RECENT USER MESSAGES`` and ``DIFF`` (≤ 120,000 chars). Output ``{"verdict", "reasons",
 "risk_notes"}``, parsed from the whole reply or its first ``{…}`` span; up to 3 attempts (an
@@ -103,7 +104,7 @@ class Review:
     """A critic verdict; ``calls`` = model calls made.
 
     ``stage``: ``precheck``, ``model`` or ``unparseable`` from :func:`review`; the draft's post-checks
-    (SPEC §3.9 step 3) use ``manifest`` and ``reserved``.
+    (docs/algorithm/consolidation.md §3.9 step 3) use ``manifest`` and ``reserved``.
     """
 
     verdict: str

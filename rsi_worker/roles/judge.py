@@ -1,4 +1,4 @@
-"""The criteria judge and its verdict cache (SPEC §3.7)."""
+"""The criteria judge and its verdict cache (docs/algorithm/consolidation.md §3.7)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ JUDGE_SYSTEM = (
 def verdict_key(criterion: str, reference: str | None, request: str, answer: str) -> str:
     """First 32 hex chars of SHA-256 of ``json.dumps([criterion, reference, request, answer])``.
 
-    Python's default separators and ``ensure_ascii=False`` (SPEC §3.7).
+    Python's default separators and ``ensure_ascii=False`` (docs/algorithm/consolidation.md §3.7).
     """
     raw = json.dumps([criterion, reference, request, answer], ensure_ascii=False)
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()[:32]

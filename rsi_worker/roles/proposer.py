@@ -1,4 +1,4 @@
-"""The proposer's action protocol (SPEC §6.1): a model edits an in-memory harness workspace.
+"""The proposer's action protocol (docs/formats.md §6.1): a model edits an in-memory harness workspace.
 
 Every model reply is one JSON object ``{"action": <name>, ...}``; the tool answers with one user
 message, ``"[<action>] ok"`` (plus a newline and the result) or ``"[<action>] error: <why>"``. One
@@ -6,13 +6,15 @@ message, ``"[<action>] ok"`` (plus a newline and the result) or ``"[<action>] er
 system prompt as cache point. Actions: ``list_files``, ``read_file``, ``list_components``,
 ``list_traces``, ``read_trace``, ``edit_file``, ``write_file``, ``done``.
 
-Limits and rules (§6.1): :data:`MAX_TURNS` replies; :data:`MAX_EDITS` successful file changes (a
+Limits and rules (docs/formats.md §6.1): :data:`MAX_TURNS` replies; :data:`MAX_EDITS` successful file changes
+(a
 further change is answered with an error — project decision; ``done`` stays possible); the first 3
 ``abort`` requests are answered with an error and the 4th ends the loop with status ``abort``;
 unparseable replies are answered with an error and count as turns; result messages are capped at
 150,000 chars for read actions and 4,000 otherwise; ``read_trace`` is cut to 60,000 chars.
 
-``done`` is validated in the §6.1 order (first failure answered as an error, the loop goes on):
+``done`` is validated in the docs/formats.md §6.1 order (first failure answered as an error, the loop goes
+on):
 (1) edits declared but no file change succeeded (allowed in repair mode); (2) the workspace differs
 from the incumbent but ``edits`` is empty; (3) the edit budget; (4) a required field missing or blank,
 or a field of the wrong type (texts must be strings, ``predicted_affected`` a list of ids,
@@ -162,10 +164,12 @@ def _id_list(value: Any) -> bool:
 
 def validate_candidate(workspace: Mapping[str, str], incumbent: Harness,
                        registry: Mapping[str, type] | None = None) -> list[str]:
-    """Rule 7 of ``done`` (§6.1): the problems of a workspace, in check order; ``[]`` = valid.
+    """Rule 7 of ``done`` (docs/formats.md §6.1): the problems of a workspace, in check order; ``[]`` = valid.
 
-    Checks: the manifest loads (§5.1); every listed file exists; the components instantiate; the
-    touch set against ``incumbent`` has no violation (§6.3); no orphan file. The first failing check
+    Checks: the manifest loads (docs/formats.md §5.1); every listed file exists; the components instantiate;
+    the
+    touch set against ``incumbent`` has no violation (docs/formats.md §6.3); no orphan file. The first
+    failing check
     is reported (later checks depend on it).
     """
     text = workspace.get(MANIFEST_FILE)

@@ -1,13 +1,16 @@
-"""The proposer's context (SPEC §6.1 "Context", §3.9 step 2, §6.4 ``render``): the round-specific text.
+"""The proposer's context (docs/formats.md §6.1 "Context", docs/algorithm/consolidation.md §3.9 step 2, §6.4
+``render``): the round-specific text.
 
 The system prompt is the cacheable prefix — the constitution (``constitution/SKILL.md``) and the
-pattern library (``constitution/PATTERNS.md``) — followed by the proposer brief (§3.10) and the
+pattern library (``constitution/PATTERNS.md``) — followed by the proposer brief
+(docs/algorithm/consolidation.md §3.10) and the
 action protocol; it is the same for every round, so it can be cached (``cache_points=["system"]``).
 
 The first user message holds the round, as ``HEADER:`` sections in this order (a model, the sim
 included, reads them by their headers; see :data:`SECTIONS`):
 
-``VARIANT`` (variant brief) · ``EDIT HISTORY`` (§6.4 render, last 40 rows, at most the 4 latest
+``VARIANT`` (variant brief) · ``EDIT HISTORY`` (docs/formats.md §6.4 render, last 40 rows, at most the 4
+latest
 unmeasured; early-stopped rows marked "ΔS is an upper bound") · ``SCOREBOARD`` (last 20 rows) ·
 ``EXPLORATION`` (enabled and untried kinds, the directive, the reserved-slot sentence) · ``PRUNE SET``
 (with the accepted edits of each kind) · ``ANALYSIS REPORT`` · ``TASK ROWS`` · ``CURRENT MANIFEST``
@@ -135,7 +138,7 @@ def _line(obj: Any) -> str:
 
 
 def cacheable_prefix() -> str:
-    """The constitution followed by the pattern library (the cacheable prefix of §6.1)."""
+    """The constitution followed by the pattern library (the cacheable prefix of docs/formats.md §6.1)."""
     skill = (CONSTITUTION_DIR / "SKILL.md").read_text(encoding="utf-8")
     patterns = (CONSTITUTION_DIR / "PATTERNS.md").read_text(encoding="utf-8")
     return skill.rstrip() + "\n\n" + patterns.rstrip()
@@ -148,7 +151,8 @@ def proposer_system() -> str:
 
 def render_history(records: Sequence[Mapping[str, Any]], n: int = HISTORY_ROWS,
                    max_unmeasured: int = HISTORY_UNMEASURED) -> str:
-    """§6.4 ``render``: the last ``n`` rows, of the unmeasured ones only the ``max_unmeasured`` latest.
+    """docs/formats.md §6.4 ``render``: the last ``n`` rows, of the unmeasured ones only the
+    ``max_unmeasured`` latest.
 
     Unmeasured = ``delta_S`` is None (gate outcomes). One JSON object per row with the keys of
     :data:`HISTORY_KEYS` present in the row (``early_stopped`` only when true); an early-stopped
@@ -168,7 +172,7 @@ def render_history(records: Sequence[Mapping[str, Any]], n: int = HISTORY_ROWS,
 
 
 def render_scoreboard(rows: Sequence[Mapping[str, Any]], n: int = SCOREBOARD_ROWS) -> str:
-    """The last ``n`` attribution rows (§2.8), one JSON object per line."""
+    """The last ``n`` attribution rows (docs/algorithm/formulas.md §2.8), one JSON object per line."""
     return "\n".join(_line(dict(r)) for r in list(rows)[-n:]) or "(no attribution rows yet)"
 
 
@@ -180,7 +184,8 @@ def reserved_sentence(untried: Sequence[str]) -> str:
 
 def exploration_text(expl: Exploration, enabled: Sequence[str], reserved_slot: bool, *,
                      w: int | None = None, delta: float | None = None) -> str:
-    """Enabled and untried kinds, the directive (§2.6) and the reserved-slot sentence when it applies."""
+    """Enabled and untried kinds, the directive (docs/algorithm/formulas.md §2.6) and the reserved-slot
+    sentence when it applies."""
     lines = [
         f"enabled kinds: {', '.join(enabled) or '-'}",
         f"untried kinds: {', '.join(expl.untried) or '-'}",
@@ -229,7 +234,7 @@ def variant_brief(variant: str, t: int, m: int) -> str:
 
 
 def budget_sentence(b_t: int) -> str:
-    """"make AT MOST {b_t} independent edit(s)" (§6.1)."""
+    """"make AT MOST {b_t} independent edit(s)" (docs/formats.md §6.1)."""
     return f"make AT MOST {b_t} independent edit(s)."
 
 
@@ -239,7 +244,7 @@ def _novel_kinds(records: Sequence[Mapping[str, Any]], enabled: Sequence[str]) -
 
 
 def selection_text(ctx: RoundInfo) -> str:
-    """The selection rules with this round's numbers (§3.9 step 2)."""
+    """The selection rules with this round's numbers (docs/algorithm/consolidation.md §3.9 step 2)."""
     p, S, d = ctx.params, ctx.S_t, ctx.delta
     floor = S - d
     novel = ", ".join(_novel_kinds(ctx.records, ctx.enabled)) or "none"

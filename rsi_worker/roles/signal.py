@@ -1,4 +1,5 @@
-"""The implicit-signal reader (SPEC §3.4): what does the user's next message say about an answer?"""
+"""The implicit-signal reader (docs/algorithm/consolidation.md §3.4): what does the user's next message say
+about an answer?"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The sim model behind the Anthropic and OpenAI wire formats: a :class:`WireServer` responder.
 
-:class:`WireSim` plays a provider that runs the sim model (SIM.md). For each request it
+:class:`WireSim` plays a provider that runs the sim model (docs/formats.md). For each request it
 
 1. converts the body back into a :class:`~rsi_common.llm.ModelRequest` — the inverse of the
    request mapping of :mod:`rsi_common.llm.anthropic` / :mod:`rsi_common.llm.openai`

@@ -1,4 +1,4 @@
-"""The registered component implementations (SPEC §5.5, §5.6) and their registry.
+"""The registered component implementations (docs/formats.md §5.5, §5.6) and their registry.
 
 :mod:`~rsi_common.kernel.components.registry` holds the one list of classes a harness may name and
 derives the rest from it (impl strings, kinds, hook methods); :func:`instantiate` builds a turn's

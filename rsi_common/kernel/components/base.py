@@ -1,4 +1,4 @@
-"""The component base class: param reads that are recorded (SPEC §5.6 *Param reads*).
+"""The component base class: param reads that are recorded (docs/formats.md §5.6 *Param reads*).
 
 A component is created per turn as ``cls(spec, files)`` (``files`` = the harness files it lists).
 ``param(key, default)`` returns ``params[key]`` — a dotted key walks nested objects — or the
@@ -31,7 +31,7 @@ class Component:
 
     Class attributes:
         KIND: the component kind (∈ 𝒦) the class implements.
-        PARAMS: ``key -> (default, one-line doc)``, the proposer's catalog (SPEC §6.1).
+        PARAMS: ``key -> (default, one-line doc)``, the proposer's catalog (docs/formats.md §6.1).
 
     Optional hooks every kind may implement: ``tools(rt) -> list[ToolDef]`` (harness-contributed
     tools, registered as core) and ``prompt_blocks(rt) -> list[tuple[str, str]]`` (parts appended

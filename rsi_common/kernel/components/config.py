@@ -1,4 +1,4 @@
-"""``PromptCacheComponent`` (kind ``config``): prompt-cache points (SPEC §5.6 *Config*)."""
+"""``PromptCacheComponent`` (kind ``config``): prompt-cache points (docs/formats.md §5.6 *Config*)."""
 
 from __future__ import annotations
 

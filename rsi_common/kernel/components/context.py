@@ -1,6 +1,6 @@
 """``StandardContextComponent`` (kind ``context_mgmt``): retrieval, pruning, compaction, the guard.
 
-SPEC §5.6 *Context*. Decisions where the spec is silent:
+docs/formats.md §5.6 *Context*. Decisions where the spec is silent:
 
 * pruning and capacity compaction both require ``enable_compaction``; ``proactive_ratio`` and
   ``target_ratio`` are read when compaction is enabled and the window is > 0;

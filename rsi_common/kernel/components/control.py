@@ -1,4 +1,5 @@
-"""``StandardControlComponent`` (kind ``control_flow``): the single decision point (SPEC §5.6 *Control*)."""
+"""``StandardControlComponent`` (kind ``control_flow``): the single decision point (docs/formats.md §5.6
+*Control*)."""
 
 from __future__ import annotations
 

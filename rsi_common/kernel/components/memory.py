@@ -1,4 +1,4 @@
-"""``ArchiveMemoryComponent`` (kind ``memory``): retrieval and archiving (SPEC §5.6 *Memory*)."""
+"""``ArchiveMemoryComponent`` (kind ``memory``): retrieval and archiving (docs/formats.md §5.6 *Memory*)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class ArchiveMemoryComponent(Component):
 
     ``retrieve`` is read only when a memory provider exists; ``archive`` only at slice end with a
     provider that is not a replay provider (``rsi_replay``) — so an edit of either param on an agent
-    without memory is never read (SPEC §9.12 scenario 8). Archiving calls the provider's
+    without memory is never read (docs/check-vectors.md §9.12 scenario 8). Archiving calls the provider's
     ``archive(messages)`` with a deep copy of this turn's messages (from the input on), when the
     provider has such a method.
     """

@@ -1,4 +1,5 @@
-"""``ParseOutputComponent`` (kind ``output_plumbing``): parsing, signals, settling (SPEC §5.6 *Output*)."""
+"""``ParseOutputComponent`` (kind ``output_plumbing``): parsing, signals, settling (docs/formats.md §5.6
+*Output*)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``SystemPromptComponent`` (kind ``prompt``): system text and turn context (SPEC §5.6 *Prompt*)."""
+"""``SystemPromptComponent`` (kind ``prompt``): system text and turn context (docs/formats.md §5.6
+*Prompt*)."""
 
 from __future__ import annotations
 

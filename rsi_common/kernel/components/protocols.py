@@ -1,4 +1,4 @@
-"""The hook protocol of each component kind (SPEC §5.1): the methods the kernel calls on it.
+"""The hook protocol of each component kind (docs/formats.md §5.1): the methods the kernel calls on it.
 
 :data:`KIND_HOOKS` names the protocol of every kind of 𝒦; the component registry
 (:mod:`~rsi_common.kernel.components.registry`) derives from these classes the methods a registered

@@ -1,4 +1,4 @@
-"""The component registry (SPEC §5.1, §5.5): the one list of classes a harness may name.
+"""The component registry (docs/formats.md §5.1, §5.5): the one list of classes a harness may name.
 
 :data:`REGISTERED` is the only source. Everything else is derived from it:
 

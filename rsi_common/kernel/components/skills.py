@@ -1,4 +1,5 @@
-"""``SkillLibraryComponent`` (kind ``skill``): the skill catalogue and ``ReadSkill`` (SPEC §5.6)."""
+"""``SkillLibraryComponent`` (kind ``skill``): the skill catalogue and ``ReadSkill``
+(docs/formats.md §5.6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``ToolExposureComponent`` (kind ``client_tool``): which tools the model sees (SPEC §5.6 *Tools*)."""
+"""``ToolExposureComponent`` (kind ``client_tool``): which tools the model sees (docs/formats.md §5.6
+*Tools*)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The sim model: a deterministic, offline stand-in for a real LLM (SIM.md).
+"""The sim model: a deterministic, offline stand-in for a real LLM (docs/formats.md).
 
 * :mod:`~rsi_common.llm.sim.client` — :class:`SimClient`: seed, latency, injected errors, usage;
 * :mod:`~rsi_common.llm.sim.registry` — the role-behaviour registry (:data:`SIM_ROLES`,

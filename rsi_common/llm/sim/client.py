@@ -1,4 +1,4 @@
-"""The sim client: a deterministic, offline stand-in for a real LLM in every role (SIM.md).
+"""The sim client: a deterministic, offline stand-in for a real LLM in every role (docs/formats.md).
 
 One call, in order:
 

@@ -7,7 +7,7 @@ call repeats identically.
 **How the sim reads a conversation** (contract for the kernel and the roles):
 
 * The text of a message is its string content, or its ``text`` blocks joined by ``"\\n"``.
-* A leading ``<turn_context>…</turn_context>`` block (SPEC §7.2 stage *call*) is cut from the text.
+* A leading ``<turn_context>…</turn_context>`` block (docs/formats.md §7.2 stage *call*) is cut from the text.
   The turn context of the *last* user message counts as system-side text (its words can trigger
   traits, as they would with ``volatile_placement = "system"``); it is never the user's input.
 * A user message whose text starts with ``<kernel_note>`` is a kernel note, never the input.
@@ -53,7 +53,7 @@ class SimCall:
     Attributes:
         request: The request.
         role: The role the client was built for.
-        config: The sim's knobs (SIM.md §1).
+        config: The sim's knobs (docs/formats.md#sim-1-configuration).
         seed: The call seed, 32 bytes: SHA-256 of the global seed, the role, the messages and
             the request seed (see :func:`rsi_common.llm.sim.client.call_seed`).
     """
@@ -155,7 +155,8 @@ def find_turn(messages: Sequence[dict[str, Any]]) -> Turn:
 
 
 def parse_sections(text: str, headers: Sequence[str]) -> dict[str, str]:
-    """Split a role prompt laid out as ``HEADER:\\n<body>`` sections (SPEC §3.4, §3.7).
+    """Split a role prompt laid out as ``HEADER:\\n<body>`` sections
+    (docs/algorithm/consolidation.md §3.4, §3.7).
 
     Headers are searched at line starts in the given order, each after the previous one, so a
     body may contain any text except the next header line. Bodies are stripped; a missing header
@@ -177,7 +178,8 @@ def parse_sections(text: str, headers: Sequence[str]) -> dict[str, str]:
 
 
 def seed_of(global_seed: int, role: str, request: ModelRequest) -> bytes:
-    """SHA-256 of canonical JSON ``[global seed, role, messages, request seed]`` (SIM.md §1)."""
+    """SHA-256 of canonical JSON ``[global seed, role, messages, request seed]``
+    (docs/formats.md#sim-1-configuration)."""
     return hashlib.sha256(
         canonical_json([global_seed, role, request.messages, request.seed]).encode("utf-8")
     ).digest()

@@ -1,4 +1,4 @@
-"""The sim model answering a turn (SIM.md §3), role ``policy``.
+"""The sim model answering a turn (docs/formats.md#sim-3-the-policy), role ``policy``.
 
 1. Tools are offered and the input names one (case-insensitive, as a whole word — ``use <name>``
    included) that was not called in this turn → the reply is one ``tool_use`` block for the

@@ -1,9 +1,11 @@
-"""The sim model's judge, implicit-signal reader and compaction summariser (SIM.md §4).
+"""The sim model's judge, implicit-signal reader and compaction summariser (docs/formats.md#sim-4-the-roles).
 
-* ``judge`` reads the SPEC §3.7 layout (``REQUEST:`` / ``ANSWER:`` / ``CRITERION:`` /
+* ``judge`` reads the docs/algorithm/consolidation.md §3.7 layout (``REQUEST:`` / ``ANSWER:`` /
+  ``CRITERION:`` /
   ``REFERENCE ANSWER:`` sections) and replies ``{"pass": bool, "reason": str}``
   (:func:`judge_verdict`).
-* ``signal`` reads the SPEC §3.4 layout (``EARLIER REQUEST:`` / ``ANSWER:`` / ``NEXT MESSAGE:``)
+* ``signal`` reads the docs/algorithm/consolidation.md §3.4 layout (``EARLIER REQUEST:`` / ``ANSWER:`` /
+  ``NEXT MESSAGE:``)
   and replies ``{"kind", "criterion", "evidence"}`` (:func:`read_signal`).
 * ``compact`` replies with a short deterministic summary of the request's messages
   (:func:`summarize`).
@@ -79,7 +81,7 @@ def _sections(call: SimCall, headers: tuple[str, ...]) -> dict[str, str]:
 
 
 def judge(call: SimCall) -> list[dict[str, Any]]:
-    """Grade one answer against one criterion (SPEC §3.7 layout)."""
+    """Grade one answer against one criterion (docs/algorithm/consolidation.md §3.7 layout)."""
     s = _sections(call, JUDGE_SECTIONS)
     passed, reason = judge_verdict(
         s.get("REQUEST", ""), s.get("ANSWER", ""), s.get("CRITERION", ""), s.get("REFERENCE ANSWER")
@@ -90,7 +92,7 @@ def judge(call: SimCall) -> list[dict[str, Any]]:
 def judge_verdict(
     request: str, answer: str, criterion: str, reference: str | None = None
 ) -> tuple[bool, str]:
-    """SIM.md §4 judge.
+    """docs/formats.md#sim-4-the-roles judge.
 
     1. The criterion names traits (by trigger; ``in the language of the request`` with a Hangul
        request names ``korean``) → all must be detected in the answer.
@@ -146,7 +148,7 @@ def _against_reference(answer: str, reference: str) -> tuple[bool, str]:
 
 
 def signal(call: SimCall) -> list[dict[str, Any]]:
-    """Read the user's next message (SPEC §3.4 layout)."""
+    """Read the user's next message (docs/algorithm/consolidation.md §3.4 layout)."""
     s = _sections(call, SIGNAL_SECTIONS)
     return json_reply(read_signal(s.get("NEXT MESSAGE", "")))
 
@@ -156,7 +158,7 @@ def _has(text: str, phrases: tuple[str, ...]) -> bool:
 
 
 def read_signal(next_message: str) -> dict[str, str]:
-    """SIM.md §4 implicit-signal reader.
+    """docs/formats.md#sim-4-the-roles implicit-signal reader.
 
     ``correction`` when the message starts with no/not/wrong/actually/아니 or contains
     ``instead``; else ``complaint`` when it contains too long/too verbose/hard to read/format;

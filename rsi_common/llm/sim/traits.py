@@ -1,7 +1,7 @@
-"""The sim model's answer traits (SIM.md §2): triggers, transforms and detectors.
+"""The sim model's answer traits (docs/formats.md#sim-2-traits): triggers, transforms and detectors.
 
 Pure text functions, shared by the sim policy (which applies traits) and the sim judge (which
-detects them). Decisions where SIM.md is silent:
+detects them). Decisions where the sim's description (docs/formats.md#the-sim-model) is silent:
 
 * A trigger matches case-insensitively at the start of a word, so ``tables``/``bullets``/``units``
   count and ``suitable``/``community`` do not. ``in the language of the request`` triggers
@@ -185,7 +185,8 @@ def unit_hints(text: str) -> dict[str, str]:
 
 @dataclass
 class Answer:
-    """The policy's answer before rendering; traits set its flags (SIM.md §3 step 2)."""
+    """The policy's answer before rendering; traits set its flags (docs/formats.md#sim-3-the-policy step
+    2)."""
 
     facts: list[Fact]
     tools_used: list[str] = field(default_factory=list)
@@ -258,7 +259,7 @@ def _show(value: str, a: Answer) -> str:
 
 
 def render(a: Answer) -> str:
-    """The answer text (SIM.md §3 step 2 with the module's decisions)."""
+    """The answer text (docs/formats.md#sim-3-the-policy step 2 with the module's decisions)."""
     lab = KO if a.korean else EN
     facts = [(k, _show(v, a)) for k, v in a.facts] or [("-", "")]
     head: list[str] = []

@@ -1,4 +1,5 @@
-"""The sim model's behaviours for the roles whose prompts this package lays out (SIM.md §4).
+"""The sim model's behaviours for the roles whose prompts this package lays out
+(docs/formats.md#sim-4-the-roles).
 
 Each behaviour reads its prompt by the header constants the prompt builder beside it writes, so a
 layout and its reader change together: ``analyst`` (:mod:`rsi_worker.roles.analyst`), ``proposer``

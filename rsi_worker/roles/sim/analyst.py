@@ -1,6 +1,7 @@
-"""The sim model's analyst (SIM.md §4), role ``analyst``.
+"""The sim model's analyst (docs/formats.md#sim-4-the-roles), role ``analyst``.
 
-Reads the analyst prompt of SPEC §3.8 (:mod:`rsi_worker.roles.analyst`) the way a model would, by
+Reads the analyst prompt of docs/algorithm/consolidation.md §3.8 (:mod:`rsi_worker.roles.analyst`) the way a
+model would, by
 the header constants its builder writes: the blocks under the ``FAILING WORLDS`` and
 ``PASSING WORLDS`` header lines, each world starting with a ``WORLD <id> — …`` line and holding
 ``REQUEST``, ``FINAL ANSWER`` and ``JUDGE`` sections.

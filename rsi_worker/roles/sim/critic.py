@@ -1,6 +1,7 @@
-"""The sim model's critic (SIM.md §4), role ``critic``.
+"""The sim model's critic (docs/formats.md#sim-4-the-roles), role ``critic``.
 
-The deterministic precheck of SPEC §6.2 runs before the model (:mod:`rsi_worker.gate.precheck`); this
+The deterministic precheck of docs/formats.md §6.2 runs before the model (:mod:`rsi_worker.gate.precheck`);
+this
 behaviour is the model stage. It reads the review payload by the sections its builder writes
 (:data:`~rsi_worker.roles.critic.PAYLOAD_SECTIONS`: ``RECENT USER MESSAGES`` and ``DIFF``) and
 rejects when

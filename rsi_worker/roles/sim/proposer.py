@@ -1,4 +1,5 @@
-"""The sim model's proposer (SIM.md §4), role ``proposer``: it speaks the action protocol of SPEC §6.1.
+"""The sim model's proposer (docs/formats.md#sim-4-the-roles), role ``proposer``: it speaks the action
+protocol of docs/formats.md §6.1.
 
 It reads the first user message of :mod:`rsi_worker.roles.proposer_context` by the ``HEADER:``
 sections its builder writes (:data:`~rsi_worker.roles.proposer_context.SECTIONS`: ``VARIANT``,
@@ -15,7 +16,7 @@ report order, up to the budget. Levers, by variant index (A = 0):
   prompt activates it) listed by a ``SkillLibraryComponent`` (``skills.library`` is added when the
   harness has none). When ``skill`` is already tried and the variant holds no reserved slot, it uses
   the prompt kind's other levers instead: an ``{id, text}`` extra block per trait placed first with
-  ``part_order``. (Deviation from SIM.md's ``part_overrides``: overrides only rewrite the agent's own
+  ``part_order``. (Deviation from docs/formats.md ``part_overrides``: overrides only rewrite the agent's own
   system parts, which the proposer can neither see nor touch, so they cannot carry a new instruction.)
 * **reserved slot** (the ``RESERVED SLOT: this variant`` sentence, with untried kinds): the first
   untried kind in :data:`EXPLORE_ORDER`. ``prompt`` / ``skill`` carry every trait edit; any other kind

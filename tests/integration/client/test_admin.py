@@ -1,4 +1,5 @@
-"""Versions and reads through the host API (SPEC §3.12.10), clear errors on unknown agents and
+"""Versions and reads through the host API (docs/algorithm/consolidation.md §3.12.10), clear errors on
+unknown agents and
 versions, invalidations published, and no credential in any stored row (invariant 7)."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """``current_harness``: per-process cache, pub/sub invalidation across processes, the TTL path,
-the admin pin, and a turn's harness frozen for the whole turn (SPEC §3.12.9, §5.4; invariant 1)."""
+the admin pin, and a turn's harness frozen for the whole turn (docs/algorithm/consolidation.md §3.12.9,
+docs/formats.md §5.4; invariant 1)."""
 
 from __future__ import annotations
 

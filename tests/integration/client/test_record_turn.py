@@ -1,4 +1,5 @@
-"""``RsiClient.record_turn`` / ``record_signals`` (SPEC §3.12.1, §3.12.4, §4.1) on SQLite and PostgreSQL
+"""``RsiClient.record_turn`` / ``record_signals`` (docs/algorithm/consolidation.md §3.12.1, §3.12.4,
+docs/formats.md §4.1) on SQLite and PostgreSQL
 with a real redis-server."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The sweeper (SPEC §3.12.3): expired leases and stale runs, pending turns, worlds never handed off."""
+"""The sweeper (docs/algorithm/consolidation.md §3.12.3): expired leases and stale runs, pending turns,
+worlds never handed off."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def _run(sessions: sessionmaker[Session], run_id: str) -> db.RunRow:
 
 
 def _start(sessions: sessionmaker[Session], agent: str, fence: int, io: str) -> str:
-    """What the consolidate task does first (SPEC §3.3 step 1)."""
+    """What the consolidate task does first (docs/algorithm/consolidation.md §3.3 step 1)."""
     with sessions.begin() as s:
         return db.start_run(s, agent, fence=fence, io_id=io).id
 

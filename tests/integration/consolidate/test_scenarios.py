@@ -1,4 +1,4 @@
-"""Turn consolidation end to end on the sim model (SPEC §9.12, issue 6 acceptance list)."""
+"""Turn consolidation end to end on the sim model (docs/check-vectors.md §9.12, issue 6 acceptance list)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Exact-bound early stop in Redis (SPEC §2.10, §3.6.2 item 6, §9.10)."""
+"""Exact-bound early stop in Redis (docs/algorithm/formulas.md §2.10, docs/algorithm/consolidation.md §3.6.2
+item 6, docs/check-vectors.md §9.10)."""
 
 from __future__ import annotations
 
@@ -113,7 +114,8 @@ def test_run_keys_expire_and_are_cleaned_up(redis_client: redis.Redis) -> None:
     assert run_keys(redis_client) == [] and coord.cleanup_run("r1", []) == 0
 
 
-# --- property: the Lua predicate is SPEC §2.10 can_stop_exactly -----------------------------------
+# --- property: the Lua predicate is docs/algorithm/formulas.md §2.10 can_stop_exactly
+# -----------------------------------
 
 _ratio = st.builds(lambda n, d: n / d, st.integers(0, 40), st.integers(1, 40))
 _value = st.one_of(_ratio, st.floats(0.0, 1.0, allow_nan=False))

@@ -1,4 +1,5 @@
-"""Leases, pending marks and fences (ARCHITECTURE §3, SPEC §3.12.2-3)."""
+"""Leases, pending marks and fences (docs/protocol.md#redis-key-protocol,
+docs/algorithm/consolidation.md §3.12.2-3)."""
 
 from __future__ import annotations
 

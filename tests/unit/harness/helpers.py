@@ -25,7 +25,7 @@ def h0_obj() -> dict[str, Any]:
 
 
 def with_skill(obj: dict[str, Any] | None = None) -> dict[str, Any]:
-    """H0 plus the §9.11 skill-library component."""
+    """H0 plus the docs/check-vectors.md §9.11 skill-library component."""
     m = h0_obj() if obj is None else copy.deepcopy(obj)
     m["components"].append(
         {"id": "skills.library", "kind": "skill", "impl": SKILL_IMPL, "files": [SKILL_PATH]}

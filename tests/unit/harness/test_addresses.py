@@ -1,4 +1,4 @@
-"""Edit addresses, addresses_for, locks and with_param (SPEC §5.1)."""
+"""Edit addresses, addresses_for, locks and with_param (docs/formats.md §5.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""diff_trees (SPEC §3.9, vector §9.11) and workspaces."""
+"""diff_trees (docs/algorithm/consolidation.md §3.9, vector docs/check-vectors.md §9.11) and workspaces."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every SPEC §5.1 manifest rule has a failing example with a readable message."""
+"""Every docs/formats.md §5.1 manifest rule has a failing example with a readable message."""
 
 from __future__ import annotations
 

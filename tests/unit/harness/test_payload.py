@@ -1,4 +1,4 @@
-"""Payloads, materialisation, directories, checkpoints, H0 and resolution (SPEC §5.3–§5.5)."""
+"""Payloads, materialisation, directories, checkpoints, H0 and resolution (docs/formats.md §5.3–§5.5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Tagging from manifests (SPEC §6.3) and the address-based vectors 6–9 of §9.8."""
+"""Tagging from manifests (docs/formats.md §6.3) and the address-based vectors 6–9 of
+docs/check-vectors.md §9.8."""
 
 from __future__ import annotations
 
@@ -210,7 +211,8 @@ def test_covers_dot_boundary() -> None:
     assert covers("skills.library", f"skills.library.files.{SKILL_PATH}")
 
 
-# --- normalize_edits: §9.8 address-based vectors ---------------------------------------------------
+# --- normalize_edits: docs/check-vectors.md §9.8 address-based vectors
+# ---------------------------------------------------
 
 
 def _edit(component: str | None, addresses: list[str] | None = None, eid: str = "e1") -> dict[str, Any]:

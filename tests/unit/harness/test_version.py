@@ -1,4 +1,4 @@
-"""Content-addressed versions (SPEC §5.2) and the §9.11 format vectors."""
+"""Content-addressed versions (docs/formats.md §5.2) and the docs/check-vectors.md §9.11 format vectors."""
 
 from __future__ import annotations
 

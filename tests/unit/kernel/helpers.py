@@ -56,7 +56,7 @@ SKILL_TEXT = (
     "---\nname: cite-sources\ndescription: Show the query behind every number.\n---\n"
     "When you report a number from a tool, name the tool call that produced it.\n"
 )
-"""The skill file of the SPEC §9.11 harness vector."""
+"""The skill file of the docs/check-vectors.md §9.11 harness vector."""
 SKILL_COMPONENT = {
     "id": "skills.library",
     "kind": "skill",

@@ -1,4 +1,5 @@
-"""Registry, base param reads, memory, prompt cache and skill library components (SPEC §5.5, §5.6)."""
+"""Registry, base param reads, memory, prompt cache and skill library components
+(docs/formats.md §5.5, §5.6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``StandardContextComponent`` (SPEC §5.6 *Context*): retrieval, prune, compaction, guard."""
+"""``StandardContextComponent`` (docs/formats.md §5.6 *Context*): retrieval, prune, compaction, guard."""
 
 from __future__ import annotations
 

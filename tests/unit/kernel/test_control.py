@@ -1,4 +1,4 @@
-"""``StandardControlComponent`` (SPEC §5.6 *Control*) and the status mapping of §7.3."""
+"""``StandardControlComponent`` (docs/formats.md §5.6 *Control*) and the status mapping of §7.3."""
 
 from __future__ import annotations
 

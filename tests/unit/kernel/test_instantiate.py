@@ -1,4 +1,5 @@
-"""The component registry and instantiate (SPEC §5.1), against the real and fake component classes."""
+"""The component registry and instantiate (docs/formats.md §5.1), against the real and fake component
+classes."""
 
 from __future__ import annotations
 

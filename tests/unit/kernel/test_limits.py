@@ -1,4 +1,4 @@
-"""Kernel limits (SPEC §7.3) — no harness can change them — the ledger and c(τ) (§7.4)."""
+"""Kernel limits (docs/formats.md §7.3) — no harness can change them — the ledger and c(τ) (§7.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``ParseOutputComponent`` (SPEC §5.6 *Output*): signal detectors and settling."""
+"""``ParseOutputComponent`` (docs/formats.md §5.6 *Output*): signal detectors and settling."""
 
 from __future__ import annotations
 

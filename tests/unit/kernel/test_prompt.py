@@ -1,4 +1,4 @@
-"""``SystemPromptComponent`` (SPEC §5.6 *Prompt*)."""
+"""``SystemPromptComponent`` (docs/formats.md §5.6 *Prompt*)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``ToolExposureComponent``, ``ToolSearch`` and the tool runner's executors (SPEC §5.6 *Tools*, §7.1)."""
+"""``ToolExposureComponent``, ``ToolSearch`` and the tool runner's executors (docs/formats.md §5.6
+*Tools*, §7.1)."""
 
 from __future__ import annotations
 

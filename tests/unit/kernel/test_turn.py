@@ -1,4 +1,5 @@
-"""Live turns under H0: world capture (SPEC §4.1), trajectory (§7.5), stage order details (§7.2)."""
+"""Live turns under H0: world capture (docs/formats.md §4.1), trajectory (§7.5), stage order details
+(§7.2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""SIM.md §1 and §3: call seed, noise, latency, errors, tokens and the policy."""
+"""docs/formats.md#sim-1-configuration and docs/formats.md#sim-3-the-policy: call seed, noise, latency,
+errors, tokens and the policy."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""SIM.md §4: the sim judge and implicit-signal reader on the SPEC §3.7 / §3.4 layouts."""
+"""docs/formats.md#sim-4-the-roles: the sim judge and implicit-signal reader on the
+docs/algorithm/consolidation.md §3.7 / §3.4 layouts."""
 
 from __future__ import annotations
 
@@ -140,7 +141,7 @@ def test_judge_layout_with_blank_lines_inside_sections() -> None:
 
 
 def test_the_loop_is_observable() -> None:
-    """SIM.md closing paragraph: correction → criterion → incumbent fails → candidate passes."""
+    """docs/formats.md closing paragraph: correction → criterion → incumbent fails → candidate passes."""
     request = "Compare the plans: Basic 10 USD, Pro 25 USD"
     policy = SimClient()
     live = policy.complete(

@@ -1,4 +1,5 @@
-"""SIM.md §2: each trait's triggers, transform and detector; detectors reject near misses."""
+"""docs/formats.md#sim-2-traits: each trait's triggers, transform and detector; detectors reject near
+misses."""
 
 from __future__ import annotations
 

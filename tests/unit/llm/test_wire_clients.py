@@ -390,7 +390,7 @@ def test_connection_error_is_transient(provider: str) -> None:
     settings = Settings(**fields)
     with pytest.raises(ModelTransientError, match="2 attempt"):
         make_client(provider, "m-1", settings, role="judge").complete(req("Hi"))
-    # the kernel retries policy calls itself (SPEC §7.2): one attempt per client call
+    # the kernel retries policy calls itself (docs/formats.md §7.2): one attempt per client call
     with pytest.raises(ModelTransientError, match="1 attempt"):
         make_client(provider, "m-1", settings, role="policy").complete(req("Hi"))
 

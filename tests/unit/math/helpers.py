@@ -8,7 +8,7 @@ from typing import Any
 from rsi_common.math import Candidate, Edit, EvalResult, RRSIParams, TaskResult, aggregate
 
 PARAMS_94 = RRSIParams(beta0=0.1, beta1=40.0, w_s=100.0, w_c=15.0, w_n=0.5)
-"""The weights of SPEC §9.4 (also the §1.3 defaults)."""
+"""The weights of docs/check-vectors.md §9.4 (also the docs/algorithm/formulas.md §1.3 defaults)."""
 
 WEIGHTS_94: dict[str, float] = {"beta0": 0.1, "beta1": 40.0, "w_s": 100.0, "w_c": 15.0, "w_n": 0.5}
 

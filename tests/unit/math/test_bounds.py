@@ -1,4 +1,4 @@
-"""Exact-bound early stop (SPEC §2.10, §9.10)."""
+"""Exact-bound early stop (docs/algorithm/formulas.md §2.10, docs/check-vectors.md §9.10)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_example_1_floor_equality_does_not_stop() -> None:
     assert early_stop_record_delta(0, 6, 10, 0.75) == -0.125
     inc = ev_of({f"w{i}": [1, 1] if i < 6 else [0, 0] for i in range(8)})
     partial = ev_of({f"w{i}": [0.0] for i in range(6)}, k=2)  # the six finished trials
-    stopped = dataclasses.replace(partial, S=0.625)  # judged at Ŝ_max (§2.10.5)
+    stopped = dataclasses.replace(partial, S=0.625)  # judged at Ŝ_max (docs/algorithm/formulas.md §2.10.5)
     _, (dec,) = select_round([cand("A", stopped)], inc, 0.75, 0.0625, RRSIParams(), dict.fromkeys(KINDS, 0),
                              tie="production", enabled=K_ENABLED_PRODUCTION, eps=1e-12)
     assert dec.reason_code == "floor" and dec.S == 0.625

@@ -1,4 +1,5 @@
-"""Noise band δ (SPEC §2.9, §9.3): bit-equal bootstrap with random.Random(7)."""
+"""Noise band δ (docs/algorithm/formulas.md §2.9, docs/check-vectors.md §9.3): bit-equal bootstrap with
+random.Random(7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Dream-RSI formulas (SPEC §2.11, §9.9)."""
+"""Dream-RSI formulas (docs/algorithm/formulas.md §2.11, docs/check-vectors.md §9.9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""ARCHITECTURE invariant 4 (SPEC §2.10 "Why decisions are unchanged"): early stop never changes a decision.
+"""docs/architecture.md invariant 4 (docs/algorithm/formulas.md §2.10 "Why decisions are unchanged"): early
+stop never changes a decision.
 
 A seeded loop (``random.Random``, no hypothesis) plays thousands of random consolidation-like rounds.
 Each round is decided twice: once with the early-stop path (walk the candidate trials in a random order,
@@ -71,7 +72,8 @@ class World:
 
 
 def _evaluate(world: World, trials: list[Trial], job: str, extra: dict[str, Any]) -> EvalResult:
-    """Assemble like §3.6.3: worlds in W order, rows by j, worlds without rows omitted."""
+    """Assemble like docs/algorithm/consolidation.md §3.6.3: worlds in W order, rows by j, worlds without
+    rows omitted."""
     per: dict[str, TaskResult] = {}
     for wi, c in enumerate(world.crit):
         rows = sorted((t for t in trials if t.world == wi), key=lambda t: t.j)

@@ -1,4 +1,4 @@
-"""Estimator (SPEC §2.2, §9.2) and edit budget (§2.3, §9.1)."""
+"""Estimator (docs/algorithm/formulas.md §2.2, docs/check-vectors.md §9.2) and edit budget (§2.3, §9.1)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from rsi_common.math import (
 )
 from tests.unit.math.helpers import ev_of, tr
 
-# --- §9.1 edit budget ---------------------------------------------------------------------------
+# --- docs/check-vectors.md §9.1 edit budget
+# ---------------------------------------------------------------------------
 
 
 def test_budget_20_1_4() -> None:
@@ -87,7 +88,8 @@ def test_budget_sequence_over_a_run(T: int, b_min: int, extra: int) -> None:
     assert seq[0] == b_min + extra and seq[-1] == b_min
 
 
-# --- §9.2 estimator -----------------------------------------------------------------------------
+# --- docs/check-vectors.md §9.2 estimator
+# -----------------------------------------------------------------------------
 
 
 def test_estimator_basic() -> None:

@@ -1,4 +1,5 @@
-"""History summaries, stall and exploration (SPEC §2.5, §2.6, §9.6, §9.7)."""
+"""History summaries, stall and exploration (docs/algorithm/formulas.md §2.5, §2.6,
+docs/check-vectors.md §9.6, §9.7)."""
 
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ def test_novelty() -> None:
     assert novelty(["skill", "memory", "prompt"], {}) == 2
 
 
-# --- §9.7 stall and exploration -----------------------------------------------------------------
+# --- docs/check-vectors.md §9.7 stall and exploration
+# -----------------------------------------------------------------
 
 TRAJ = [0.50, 0.53, 0.53, 0.535, 0.60]
 

@@ -1,4 +1,4 @@
-"""JSON round trips of every value type (SPEC §2.1) and tolerant readers."""
+"""JSON round trips of every value type (docs/algorithm/formulas.md §2.1) and tolerant readers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""RRSIParams (SPEC §1.3), ModeConfig (§1.5) and ConsolidationParams.rrsi() (§1.4)."""
+"""RRSIParams (docs/algorithm/formulas.md §1.3), ModeConfig (§1.5) and ConsolidationParams.rrsi() (§1.4)."""
 
 from __future__ import annotations
 

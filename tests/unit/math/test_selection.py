@@ -1,4 +1,5 @@
-"""Selection: floor, cost rule, judge, select_round, guards (SPEC §2.4, §3.11, §9.4, §9.5)."""
+"""Selection: floor, cost rule, judge, select_round, guards (docs/algorithm/formulas.md §2.4,
+docs/algorithm/consolidation.md §3.11, docs/check-vectors.md §9.4, §9.5)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from tests.unit.math.helpers import PARAMS_94, WEIGHTS_94, cand, scored_ev
 
 ZEROS = dict.fromkeys(KINDS, 0)
 
-# --- §9.4 cost rule -----------------------------------------------------------------------------
+# --- docs/check-vectors.md §9.4 cost rule
+# -----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("dS", "dC", "nu", "ok", "fragment"), [
@@ -136,7 +138,8 @@ def test_cost_rule_monotone(dS: float, dC1: float, dC2: float, nu1: int, nu2: in
         assert cost_rule(dS, lo_c, hi_n, delta, eps=eps, **weights)[0]
 
 
-# --- §9.5 selection -----------------------------------------------------------------------------
+# --- docs/check-vectors.md §9.5 selection
+# -----------------------------------------------------------------------------
 
 INC = scored_ev(5, job="incumbent")
 S_STAR, DELTA = 0.55, 0.05

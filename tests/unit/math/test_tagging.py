@@ -1,4 +1,5 @@
-"""Component-tag normalisation (SPEC §2.7, §9.8), attribution (§2.8) and units (§2.12)."""
+"""Component-tag normalisation (docs/algorithm/formulas.md §2.7, docs/check-vectors.md §9.8), attribution
+(§2.8) and units (§2.12)."""
 
 from __future__ import annotations
 
@@ -96,7 +97,8 @@ def test_classify_and_evidence_order() -> None:
         classify_diff("+x\n", {"memory": ["(unclosed"]})
 
 
-# --- §2.8 attribution ---------------------------------------------------------------------------
+# --- docs/algorithm/formulas.md §2.8 attribution
+# ---------------------------------------------------------------------------
 
 
 def test_attribute() -> None:
@@ -119,7 +121,8 @@ def test_attribute() -> None:
         attribute_fn(edit, inc, cand, 2, t=3, variant="A", threshold=-0.1)
 
 
-# --- §2.12 units --------------------------------------------------------------------------------
+# --- docs/algorithm/formulas.md §2.12 units
+# --------------------------------------------------------------------------------
 
 
 def test_units() -> None:

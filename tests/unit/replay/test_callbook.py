@@ -1,4 +1,4 @@
-"""The CallBook (SPEC §4.2 item 2) and the §9.11 check vector."""
+"""The CallBook (docs/formats.md §4.2 item 2) and the docs/check-vectors.md §9.11 check vector."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``replay_world`` (SPEC §4.2): determinism (ARCHITECTURE invariant 6), no tool runs (5), no memory
+"""``replay_world`` (docs/formats.md §4.2): determinism (docs/architecture.md invariant 6), no tool runs (5),
+no memory
 writes (7), off-support calls, plan rebuild, cancel, results."""
 
 from __future__ import annotations

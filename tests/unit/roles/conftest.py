@@ -1,4 +1,4 @@
-"""Shared fixtures of the role tests: the SIM.md demo scenario, built once per session."""
+"""Shared fixtures of the role tests: the docs/formats.md demo scenario, built once per session."""
 
 from __future__ import annotations
 

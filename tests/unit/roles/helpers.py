@@ -1,4 +1,5 @@
-"""Helpers of the role tests: the SIM.md demo scenario, views, a round context and a scripted model."""
+"""Helpers of the role tests: the docs/formats.md demo scenario, views, a round context and a scripted
+model."""
 
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ def view_of(world: TurnWorld, harness: Harness, seed: int = 0) -> View:
 
 
 def demo_views(worlds: Sequence[TurnWorld], harness: Harness | None = None) -> list[View]:
-    """Views of the scored worlds (those with checks), like step 11 of SPEC §3.3."""
+    """Views of the scored worlds (those with checks), like step 11 of
+    docs/algorithm/consolidation.md §3.3."""
     inc = harness or h0()
     return [view_of(w, inc) for w in worlds if checks_for(w.signals, answer=w.answer)]
 

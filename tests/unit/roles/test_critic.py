@@ -1,4 +1,4 @@
-"""The critic (SPEC §6.2): deterministic precheck, payload, 3-attempt parse rule."""
+"""The critic (docs/formats.md §6.2): deterministic precheck, payload, 3-attempt parse rule."""
 
 from __future__ import annotations
 

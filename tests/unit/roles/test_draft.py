@@ -1,4 +1,5 @@
-"""Drafting a candidate (SPEC §3.9) end to end with the sim model on the SIM.md demo scenario."""
+"""Drafting a candidate (docs/algorithm/consolidation.md §3.9) end to end with the sim model on the
+docs/formats.md demo scenario."""
 
 from __future__ import annotations
 

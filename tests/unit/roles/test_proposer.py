@@ -1,4 +1,4 @@
-"""The proposer's action protocol (SPEC §6.1) with a scripted model."""
+"""The proposer's action protocol (docs/formats.md §6.1) with a scripted model."""
 
 from __future__ import annotations
 

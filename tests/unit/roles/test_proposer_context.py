@@ -1,4 +1,5 @@
-"""The proposer's context (SPEC §6.1 "Context", §6.4 render, §3.9 selection text)."""
+"""The proposer's context (docs/formats.md §6.1 "Context", §6.4 render, docs/algorithm/consolidation.md §3.9
+selection text)."""
 
 from __future__ import annotations
 

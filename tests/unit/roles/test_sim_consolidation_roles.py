@@ -1,4 +1,5 @@
-"""The sim model's analyst, proposer and critic (SIM.md §4) reading the prompts of rsi_worker.roles."""
+"""The sim model's analyst, proposer and critic (docs/formats.md#sim-4-the-roles) reading the prompts of
+rsi_worker.roles."""
 
 from __future__ import annotations
 

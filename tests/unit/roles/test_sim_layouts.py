@@ -1,4 +1,5 @@
-"""The prompt layouts of rsi_worker.roles and the sim behaviours that read them agree (SIM.md §4).
+"""The prompt layouts of rsi_worker.roles and the sim behaviours that read them agree
+(docs/formats.md#sim-4-the-roles).
 
 The analyst, proposer and critic behaviours (``rsi_worker.roles.sim``) import the header constants
 of the prompt builders beside them; the generic judge and signal behaviours live in

@@ -1,4 +1,4 @@
-"""clip (SPEC §4.1, vector §9.11)."""
+"""clip (docs/formats.md §4.1, vector docs/check-vectors.md §9.11)."""
 
 from __future__ import annotations
 

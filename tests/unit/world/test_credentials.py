@@ -1,4 +1,4 @@
-"""The SPEC §6.2 credential patterns (rsi_common.credentials)."""
+"""The docs/formats.md §6.2 credential patterns (rsi_common.credentials)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""finalize_world (SPEC §4.1): images, clipping, size limit, credentials, JSON safety."""
+"""finalize_world (docs/formats.md §4.1): images, clipping, size limit, credentials, JSON safety."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TurnWorld, text_of, previous_in_conversation, new_world_id (SPEC §4.1)."""
+"""TurnWorld, text_of, previous_in_conversation, new_world_id (docs/formats.md §4.1)."""
 
 from __future__ import annotations
 
