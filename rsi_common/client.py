@@ -55,7 +55,7 @@ from rsi_common.handoff import COORD_ERRORS, trigger_consolidation
 from rsi_common.harness import H0_VERSION, Harness, diff_trees, h0, materialize, resolve_harness, workspace_of
 from rsi_common.harness.bundled import HarnessLabel
 from rsi_common.harness.checkpoint import Checkpoint, checkpoint_json
-from rsi_common.host_input import ParsedTurn, check_signals, parse_turn
+from rsi_common.host_input import ParsedTurn, check_plan, check_signals, parse_turn
 from rsi_common.invalidation import HarnessCache, InvalidationListener
 from rsi_common.kernel import EventSink, RetryPolicy, TurnPlan, TurnResult, run_turn
 from rsi_common.llm import ModelClient
@@ -733,16 +733,7 @@ class RsiClient:
             InvalidInput: ``plan.io_id`` is empty, or ``plan.agent_id`` names another agent.
             InputLimitError: an id of the plan breaks the id grammar (checked before the turn runs).
         """
-        if not plan.io_id:
-            raise InvalidInput("plan.io_id: a recorded turn needs the host's turn id")
-        check_id(agent_id, "agent_id")
-        check_id(plan.io_id, "plan.io_id")
-        check_id(plan.interaction_id, "plan.interaction_id", empty_ok=True)
-        check_id(plan.session_id or "", "plan.session_id", empty_ok=True)
-        if plan.agent_id and plan.agent_id != agent_id:
-            raise InvalidInput(f"plan.agent_id {safe_repr(plan.agent_id)} differs from {safe_repr(agent_id)}")
-        if not plan.agent_id:
-            plan = dataclasses.replace(plan, agent_id=agent_id)
+        plan = check_plan(agent_id, plan)
         harness, label = self._resolve(agent_id)
         result = run_turn(plan, harness, model_client, record_world=self.settings.record_world, seed=seed,
                           retry=RetryPolicy.from_settings(self.settings), lineage=label, on_event=on_event,

@@ -42,6 +42,7 @@ and the limit, never the value.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -69,10 +70,11 @@ from rsi_common.boundary import (
 from rsi_common.credentials import describe, find_in, safe_repr
 from rsi_common.db.models import TrajectoryRow
 from rsi_common.errors import CredentialError, InputLimitError, InvalidInput, WorldError
-from rsi_common.kernel import TurnResult
+from rsi_common.kernel import TurnPlan, TurnResult
 from rsi_common.world import finalize_world
 
-__all__ = ["SIGNAL_KEYS", "SIGNAL_LIMITS", "TURN_KEYS", "ParsedTurn", "check_signals", "parse_turn"]
+__all__ = ["SIGNAL_KEYS", "SIGNAL_LIMITS", "TURN_KEYS", "ParsedTurn", "check_plan", "check_signals",
+           "parse_turn"]
 
 TURN_KEYS: tuple[str, ...] = ("world", "trajectory", "signals", "own_loop", "io_id")
 """Keys a turn mapping may have."""
@@ -279,3 +281,22 @@ def parse_turn(agent_id: str, turn: Any, *, record_world: bool) -> ParsedTurn:
     if own_loop and not io_id:
         raise InvalidInput("io_id: an own-loop turn needs the host's turn id (turn['io_id'])")
     return ParsedTurn(io_id, world, _trajectory(agent_id, io_id, raw_traj), signals, own_loop)
+
+
+def check_plan(agent_id: str, plan: TurnPlan) -> TurnPlan:
+    """The plan of a turn ``run_turn`` will record for ``agent_id``, checked before it runs: its ids
+    follow the id grammar and its ``agent_id`` (filled in when empty) is the agent's.
+
+    Raises:
+        InvalidInput: ``plan.io_id`` is empty, or ``plan.agent_id`` names another agent.
+        InputLimitError: an id of the plan breaks the id grammar.
+    """
+    if not plan.io_id:
+        raise InvalidInput("plan.io_id: a recorded turn needs the host's turn id")
+    check_id(agent_id, "agent_id")
+    check_id(plan.io_id, "plan.io_id")
+    check_id(plan.interaction_id, "plan.interaction_id", empty_ok=True)
+    check_id(plan.session_id or "", "plan.session_id", empty_ok=True)
+    if plan.agent_id and plan.agent_id != agent_id:
+        raise InvalidInput(f"plan.agent_id {safe_repr(plan.agent_id)} differs from {safe_repr(agent_id)}")
+    return plan if plan.agent_id else dataclasses.replace(plan, agent_id=agent_id)

@@ -28,7 +28,6 @@ service's message (field paths, never values); 401/403 raise :class:`AccessDenie
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import threading
@@ -41,9 +40,9 @@ import httpx
 from rsi_common import errors
 from rsi_common.boundary import check_id
 from rsi_common.client import CANCELLED_NOT_RECORDED, RecordedTurn
-from rsi_common.credentials import safe_repr
 from rsi_common.errors import AccessDenied, InvalidInput, ServiceUnavailable
 from rsi_common.harness import Harness, materialize
+from rsi_common.host_input import check_plan
 from rsi_common.invalidation import HarnessCache
 from rsi_common.kernel import EventSink, RetryPolicy, TurnPlan, TurnResult, run_turn
 from rsi_common.llm import ModelClient
@@ -320,16 +319,7 @@ class RsiHttpClient:
             InvalidInput: ``plan.io_id`` is empty, or ``plan.agent_id`` names another agent.
             InputLimitError: an id of the plan breaks the id grammar.
         """
-        if not plan.io_id:
-            raise InvalidInput("plan.io_id: a recorded turn needs the host's turn id")
-        check_id(agent_id, "agent_id")
-        check_id(plan.io_id, "plan.io_id")
-        check_id(plan.interaction_id, "plan.interaction_id", empty_ok=True)
-        check_id(plan.session_id or "", "plan.session_id", empty_ok=True)
-        if plan.agent_id and plan.agent_id != agent_id:
-            raise InvalidInput(f"plan.agent_id {safe_repr(plan.agent_id)} differs from {safe_repr(agent_id)}")
-        if not plan.agent_id:
-            plan = dataclasses.replace(plan, agent_id=agent_id)
+        plan = check_plan(agent_id, plan)
         harness, label, _ = self._resolve(agent_id)
         result = run_turn(
             plan,

@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import typer
 
 bench = typer.Typer(no_args_is_help=True, help="Benchmarks (speed and memory targets are measured here).")
+
+
+def _print_flat(report: dict[str, Any], title: str, as_json: bool) -> None:
+    """A flat report as JSON, or as a two-column table titled ``title``."""
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in report.items():
+        table.add_row(key, str(value))
+    Console().print(table)
 
 
 @bench.command("replay")
@@ -13,23 +32,9 @@ def bench_replay_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Per-replay kernel overhead under H0 (sim model, latency 0) and 2 MB world load time."""
-    import json
-
     from rsi_worker.bench.replay import bench_replay
 
-    report = bench_replay(n)
-    if as_json:
-        typer.echo(json.dumps(report, indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"rsi bench replay (n={n}, target median overhead < 5 ms)")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, value in report.items():
-        table.add_row(key, str(value))
-    Console().print(table)
+    _print_flat(bench_replay(n), f"rsi bench replay (n={n}, target median overhead < 5 ms)", as_json)
 
 
 @bench.command("stream")
@@ -38,23 +43,9 @@ def bench_stream_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Latency streaming adds between the model's first chunk and the host's first event (sim, latency 0)."""
-    import json
-
     from rsi_worker.bench.stream import bench_stream
 
-    report = bench_stream(n)
-    if as_json:
-        typer.echo(json.dumps(report, indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"rsi bench stream (n={n}, target median added latency < 5 ms)")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for key, value in report.items():
-        table.add_row(key, str(value))
-    Console().print(table)
+    _print_flat(bench_stream(n), f"rsi bench stream (n={n}, target median added latency < 5 ms)", as_json)
 
 
 @bench.command("ingest")
@@ -70,7 +61,6 @@ def bench_ingest_cmd(
 ) -> None:
     """record_turn throughput, p50/p99 latency, SQL statements per call and thread scaling: real SQL,
     Redis and Celery-message publish (private redis-server and PostgreSQL are started and removed)."""
-    import json
 
     from rsi_worker.bench.ingest import Backend, bench_ingest_backends, parse_threads
 
@@ -138,7 +128,6 @@ def bench_consolidate_cmd(
     critical path and capacity bound; the single-process run with as many threads; early stop of a
     hopeless candidate on two world mixes with its ceiling; no-signal task time, new conversation and
     follow-up turn (docs/performance/consolidation.md)."""
-    import json
 
     from rsi_worker.bench.consolidate import ConsolidateBench, bench_consolidate
 
@@ -166,7 +155,6 @@ def bench_scale_cmd(
     """Cluster throughput at 1, 2, 4 worker processes with fixed threads per process, many agents
     consolidating at once: runs/s, speed-up, efficiency, peak RSS per worker
     (docs/performance/consolidation.md)."""
-    import json
 
     from rsi_worker.bench.scale import ScaleBench, bench_scale, report_table
 
@@ -204,7 +192,6 @@ def bench_efficacy_cmd(
     """Learning efficacy on a seeded pool of simulated agents: held-out pass rate under H0 and the final
     harness, false and harmful adoptions, tokens per adoption, per noise level; adoption rate of no-op
     candidates (docs/benchmarks/efficacy.md)."""
-    import json
     import os
 
     from rsi_worker.bench.efficacy import EfficacyBench, bench_efficacy
