@@ -48,7 +48,13 @@ from rsi_common.boundary import MAX_HARNESS_VERSION_CHARS, check_id, check_label
 from rsi_common.config import Settings
 from rsi_common.coord import Coordinator
 from rsi_common.credentials import describe, find_in, safe_repr
-from rsi_common.db.record import RETENTION_EVERY, mark_handed_off, record_bare_turn, record_world_turn
+from rsi_common.db.record import (
+    RETENTION_EVERY,
+    mark_handed_off,
+    record_bare_turn,
+    record_world_turn,
+    unmarked,
+)
 from rsi_common.dispatch import Dispatcher, KombuDispatcher, redis_py_url
 from rsi_common.errors import CredentialError, InvalidInput, SettingsError
 from rsi_common.handoff import COORD_ERRORS, trigger_consolidation
@@ -164,6 +170,13 @@ class _Marks:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
         self.flush()
+
+
+def _mark(conn: Connection, world_ids: list[str]) -> list[str]:
+    """Write the marks; the worlds whose mark was skipped (a locked row), to be put back."""
+    if mark_handed_off(conn, world_ids) == len(world_ids):
+        return []  # the steady path: one statement
+    return unmarked(conn, world_ids)
 
 
 @dataclass(frozen=True)
@@ -391,18 +404,21 @@ class RsiClient:
         """One record transaction on a Core connection; the hand-off marks that are due ride on it
         (put back if it fails)."""
         marks = self._marks.take()
+        skipped: list[str] = []
         try:
             with self.engine.begin() as conn:
                 yield conn
                 if marks:  # last: the rows it locks are never held while this transaction waits
-                    mark_handed_off(conn, marks)
+                    skipped = _mark(conn, marks)
         except BaseException:
             self._marks.restore(marks)
             raise
+        self._marks.restore(skipped)
 
     def _write_marks(self, world_ids: list[str]) -> None:
         with self.engine.begin() as conn:
-            mark_handed_off(conn, world_ids)
+            skipped = _mark(conn, world_ids)
+        self._marks.restore(skipped)
 
     def flush_marks(self) -> None:
         """Write the pending hand-off marks (``enqueued_at``) now, in one transaction; otherwise
@@ -447,11 +463,11 @@ class RsiClient:
                 recorded, frozen = self._store_signals(s, agent_id, io_id, clean)
                 # the clear supersedes this world's pending mark: it must not be written after it
                 rest = marks if frozen else [m for m in marks if m != recorded.world_id]
-                if rest:
-                    mark_handed_off(s.connection(), rest)
+                skipped = _mark(s.connection(), rest) if rest else []
         except BaseException:
             self._marks.restore(marks)
             raise
+        self._marks.restore(skipped)
         return recorded if frozen else self._hand_off(agent_id, recorded)
 
     def _store_signals(self, s: Session, agent_id: str, io_id: str,

@@ -40,8 +40,15 @@ from rsi_common.db.sqltypes import JSONType, db_now
 from rsi_common.db.worlds import retain_trajectories, retain_worlds
 from rsi_common.world import new_world_id
 
-__all__ = ["RETENTION_EVERY", "AgentTurn", "StoredWorld", "mark_handed_off", "record_bare_turn",
-           "record_world_turn"]
+__all__ = [
+    "RETENTION_EVERY",
+    "AgentTurn",
+    "StoredWorld",
+    "mark_handed_off",
+    "record_bare_turn",
+    "record_world_turn",
+    "unmarked",
+]
 
 RETENTION_EVERY = 16
 """World and trajectory retention run on every 16th recorded turn of an agent (``turns % 16 == 0``)."""
@@ -122,12 +129,23 @@ def mark_handed_off(conn: Connection, world_ids: Sequence[str]) -> int:
 
     A world whose row another transaction holds (PostgreSQL) is skipped, not waited for: a record
     transaction runs this last and never waits with the rows it marked locked, so it cannot close a
-    lock cycle. A skipped world stays un-marked; the sweeper triggers it once more (harmless).
+    lock cycle. When the count falls short, :func:`unmarked` names the worlds to mark again (the
+    client puts them back in its queue); a world never marked is triggered once more by the sweeper
+    (harmless).
     """
     if not world_ids:
         return 0
     result = conn.execute(_statements(conn.dialect.name)["mark"], {"ids": list(world_ids)})
     return int(result.rowcount or 0)
+
+
+def unmarked(conn: Connection, world_ids: Sequence[str]) -> list[str]:
+    """Those of ``world_ids`` that still exist without ``enqueued_at`` (a mark skipped because its
+    row was locked); a world removed by retention or marked already is not among them."""
+    if not world_ids:
+        return []
+    rows = conn.execute(sa.select(_W.c.id).where(_W.c.id.in_(list(world_ids)), _W.c.enqueued_at.is_(None)))
+    return [str(r.id) for r in rows]
 
 
 def _upsert_agent(conn: Connection, agent_id: str) -> AgentTurn:
