@@ -321,10 +321,10 @@ def _check_json(value: Any, where: str) -> None:
     while stack:
         v, path = stack.pop()
         if isinstance(v, Mapping):
-            for k, item in v.items():
+            for i, (k, item) in enumerate(v.items()):
                 if not isinstance(k, str):
-                    raise ManifestError(f"{path}: keys must be strings, got {k!r}")
-                stack.append((item, f"{path}.{k}"))
+                    raise ManifestError(f"{path}: keys must be strings, got {type(k).__name__}")
+                stack.append((item, path + key_segment(k, i)))  # never a key's raw text
         elif isinstance(v, Sequence) and not isinstance(v, str):
             if not isinstance(v, list):
                 raise ManifestError(f"{path}: {type(v).__name__} is not JSON")

@@ -244,6 +244,8 @@ def test_cancelling_arun_stops_the_turn_before_its_next_model_call(settings: Set
             task = asyncio.create_task(agent.arun("use get_sales region=north"))
             await asyncio.to_thread(entered.wait, 10)
             task.cancel()
+            for _ in range(3):  # let the task take its cancellation (arun sets the turn's stop flag)
+                await asyncio.sleep(0)  # while the model call is still held: no race with the flag
             release.set()
             with pytest.raises(asyncio.CancelledError):
                 await task
