@@ -49,6 +49,7 @@ from rsi_common.db.conversations import (
     forget_conversation,
 )
 from rsi_common.db.engine import make_engine, session_factory
+from rsi_common.db.evolve import EvolveRoundRow, EvolveRow, EvolveTrialRow, SuiteRow
 from rsi_common.db.migrate import current_revision, head_revision, schema_diff, upgrade
 from rsi_common.db.models import (
     RUN_STATUSES,
@@ -122,6 +123,9 @@ __all__ = [
     "AuditRow",
     "Base",
     "ConversationRow",
+    "EvolveRoundRow",
+    "EvolveRow",
+    "EvolveTrialRow",
     "FinalOutcome",
     "FinalWrite",
     "HarnessRow",
@@ -133,6 +137,7 @@ __all__ = [
     "RunRow",
     "RunStatus",
     "Scope",
+    "SuiteRow",
     "TokenRow",
     "TrajectoryRow",
     "WorldRow",

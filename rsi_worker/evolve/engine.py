@@ -1,0 +1,508 @@
+"""The offline evolve loop in one process (``rsi evolve run --inline``; docs/algorithm/evolve.md#the-loop).
+
+1. **Baseline** (``t = −1``): H0 evaluated ``base_evals`` = R times on the evolve split (candidates
+   ``base0``, ``base1``, …; repeat r uses trial seeds ``r·k + j`` so the repeats differ), history rows
+   with outcome ``BASELINE``; δ = ``params.delta`` if set, else ``calibrate(base evaluations)`` once;
+   S★ = S_0 = the first base evaluation's Ŝ (its trial seeds are the candidates' seeds: paired); H0 on
+   the held-out split for reporting.
+2. **Rounds** t = 0..T−1: views of the incumbent's trials (the worst trial of the ``n_fail_traces``
+   lowest-scoring tasks, the best of the ``n_success_traces`` highest), the analyst's report, m drafts by
+   the proposer and critic (the consolidation roles, ``draft_candidate``), smoke (``smoke_n`` tasks at
+   k = 1, no missing trial), each live candidate evaluated on the whole evolve split (early stop in
+   production), Algorithm 2, the new state. A winner is measured on the held-out split for reporting.
+3. The run ends after T rounds, or after the current round when ``rsi evolve stop`` or a ``STOP`` file
+   asked, or after 3 rounds in a row whose every candidate failed on infrastructure (smoke or
+   ``eval_invalid``).
+
+Every step stores its result before the next starts (drafts, trials, the judgement with the new state
+in one transaction), so a killed run resumes from its last stored trial with the same decisions.
+Held-out tasks are never in any role's input: views, drafts and critic patterns are built from the
+evolve split only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from rsi_common.config import Settings
+from rsi_common.harness import Harness, h0, materialize
+from rsi_common.kernel import RetryPolicy
+from rsi_common.kinds import in_kind_order
+from rsi_common.math import (
+    Candidate,
+    Edit,
+    EditRecord,
+    EvalResult,
+    accepted_counts,
+    edit_budget,
+    exploration,
+    exploration_directive,
+    prune_set,
+    reserved_variants,
+    stall_flag,
+    tried,
+)
+from rsi_common.math.calibrate import calibrate
+from rsi_common.world import TurnWorld
+from rsi_worker.consolidate.context import CountingClient, ModelFactory, load_worlds
+from rsi_worker.consolidate.draft import DraftContext, draft_candidate
+from rsi_worker.consolidate.evaluate import StopContext, assemble
+from rsi_worker.consolidate.incumbent import FAIL_BELOW
+from rsi_worker.evolve.config import EvolveConfig
+from rsi_worker.evolve.evaluation import EvalJob, evaluate
+from rsi_worker.evolve.judgement import apply_judgement, decision_record, judge, plain
+from rsi_worker.evolve.store import Store
+from rsi_worker.evolve.suite import Suite
+from rsi_worker.evolve.trials import TrialEnv, request_world, run_task
+from rsi_worker.roles.analyst import View, analyze
+
+__all__ = ["INFRA_STREAK", "EvolveEnv", "RunOutcome", "run_inline", "status_of"]
+
+INFRA_STREAK = 3
+"""Rounds in a row whose every candidate failed on infrastructure before the run stops."""
+HELDOUT = "heldout"
+
+
+@dataclass
+class EvolveEnv:
+    """What a run needs from outside: the database, the model factory, settings (retries), where a
+    ``STOP`` file is looked for, and a usage tally (role → calls/tokens)."""
+
+    sessions: sessionmaker[Session]
+    models: ModelFactory
+    settings: Settings = field(default_factory=Settings)
+    stop_file: Path | None = None
+    usage: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def store(self) -> Store:
+        return Store(self.sessions)
+
+    def client(self, config: EvolveConfig, role: str) -> CountingClient:
+        return CountingClient(self.models(config.provider, config.model, role))
+
+    def count(self, role: str, client: CountingClient) -> None:
+        tally = self.usage.setdefault(role, {"calls": 0, "input_tokens": 0, "output_tokens": 0})
+        for key, value in client.usage().items():
+            tally[key] = tally.get(key, 0) + value
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """Where a ``run`` call left the run."""
+
+    status: str
+    t: int
+    rounds_run: int
+    reason: str = ""
+
+
+class _Run:
+    """One loaded run: suite, config, worlds, trial environment."""
+
+    def __init__(self, env: EvolveEnv, name: str) -> None:
+        self.env, self.name, self.store = env, name, env.store
+        suite_name, self.config, self.status, self.stop_requested, state = self.store.run(name)
+        self.suite: Suite = self.store.suite(suite_name)
+        self.state = state
+        self.checks = self.suite.checks()
+        self.evolve_ids = tuple(self.suite.evolve_ids)
+        self.heldout_ids = tuple(self.suite.heldout_ids)
+        world_ids = [t.world_id for t in self.suite.tasks if t.world_id is not None]
+        with env.sessions() as s:
+            self.worlds: dict[str, TurnWorld] = load_worlds(s, world_ids, self.suite.agent)
+        self.retry = RetryPolicy.from_settings(env.settings)
+
+    # --- evaluations ----------------------------------------------------------------------------
+
+    def trial_env(self, role_usage: dict[str, CountingClient]) -> TrialEnv:
+        def role(r: str) -> Any:
+            if r not in role_usage:
+                role_usage[r] = self.env.client(self.config, r)
+            return role_usage[r]
+
+        return TrialEnv(self.suite, role, self.config.provider, self.config.model, self.worlds, self.retry)
+
+    def evaluate(
+        self,
+        t: int,
+        candidate: str,
+        harness: Harness,
+        task_ids: Sequence[str],
+        k: int,
+        *,
+        seed_base: int = 0,
+        stop: StopContext | None = None,
+    ) -> list[dict[str, Any]]:
+        clients: dict[str, CountingClient] = {}
+        tenv = self.trial_env(clients)
+        job = EvalJob(self.name, t, candidate, tuple(task_ids), self.checks, k, self.config.seed, seed_base)
+        rows = evaluate(
+            self.store,
+            job,
+            lambda task, seed: run_task(tenv, self.suite.task(task), harness, seed),
+            parallel=self.config.trial_parallel,
+            stop=stop,
+        )
+        for r, c in clients.items():
+            self.env.count(r, c)
+        return rows
+
+    def assembled(
+        self, rows: Sequence[Mapping[str, Any]], task_ids: Sequence[str], k: int, job: str
+    ) -> EvalResult:
+        ev = assemble(list(task_ids), self.checks, rows, k, job).ev
+        assert ev is not None
+        return ev
+
+    # --- baseline -------------------------------------------------------------------------------
+
+    def baseline(self) -> None:
+        p, k = self.config.params, self.config.params.k
+        evals = []
+        for r in range(self.config.base_evals):
+            rows = self.evaluate(-1, f"base{r}", h0(), self.evolve_ids, k, seed_base=r * k)
+            evals.append(self.assembled(rows, self.evolve_ids, k, f"base{r}"))
+        cal = calibrate(evals, z=p.delta_z)
+        delta = float(p.delta) if p.delta is not None else cal.delta
+        held = self._heldout(-1, h0())
+        inc = evals[0]
+        baseline_rows = [
+            {
+                "t": -1,
+                "variant": f"base{r}",
+                "edit_id": None,
+                "component": None,
+                "hypothesis": None,
+                "delta_S": None,
+                "delta_C": None,
+                "accepted": False,
+                "outcome": "BASELINE",
+                "S": round(ev.S, 6),
+                "C": None if ev.C is None else round(ev.C, 1),
+                "bundle": 0,
+                "detail": f"H0 base evaluation {r}",
+            }
+            for r, ev in enumerate(evals)
+        ]
+        state = {
+            "t": 0,
+            "delta": delta,
+            "calibration": plain(cal.to_json()),
+            "delta_source": "params.delta" if p.delta is not None else "calibrate",
+            "S_star": inc.S,
+            "S_t": inc.S,
+            "incumbent": None,
+            "inc_ev": plain(inc.to_json()),
+            "inc_rows": {"t": -1, "candidate": "base0"},
+            "trajectory": [inc.S],
+            "records": [],
+            "baseline": baseline_rows,
+            "heldout": [{"t": -1, "version": "h0", "S": held}] if held is not None else [],
+            "accepted": [],
+            "infra_streak": 0,
+            "usage": {},
+        }
+        self._save_state(
+            state,
+            -1,
+            {
+                "decision": {
+                    "t": -1,
+                    "baseline": [ev.to_json() for ev in evals],
+                    "calibration": plain(cal.to_json()),
+                    "delta": delta,
+                }
+            },
+        )
+
+    def _heldout(self, t: int, harness: Harness) -> float | None:
+        if not self.heldout_ids:
+            return None
+        k = self.config.params.k
+        rows = self.evaluate(t, HELDOUT, harness, self.heldout_ids, k)
+        return self.assembled(rows, self.heldout_ids, k, HELDOUT).S
+
+    def _save_state(self, state: dict[str, Any], t: int, fields: Mapping[str, Any]) -> None:
+        tally = state.setdefault("usage", {})
+        for role, u in self.env.usage.items():
+            mine = tally.setdefault(role, {})
+            for key, value in u.items():
+                mine[key] = mine.get(key, 0) + value
+        self.env.usage.clear()
+        self.store.set_run(self.name, state=plain(state), round_t=t, round_fields=fields)
+        self.state = plain(state)
+
+    # --- one round ------------------------------------------------------------------------------
+
+    def round_setup(self, before: Mapping[str, Any], incumbent: Harness) -> dict[str, Any]:
+        p, t = self.config.params, int(before["t"])
+        delta = float(before["delta"])
+        records = [EditRecord.from_json(r) for r in before.get("records", [])]
+        b_t = edit_budget(min(t, p.T), p.T, p.b_min, p.b_max)
+        sigma = stall_flag(before.get("trajectory", []), t, p.w, delta)
+        enabled = [
+            k for k in in_kind_order(self.config.mode_config.enabled) if k in incumbent.manifest.enabled_kinds
+        ]
+        tried_kinds = sorted(tried(records))
+        expl = exploration(sigma, tried_kinds, p.m_draft, enabled=enabled)
+        return {
+            "t": t,
+            "b_t": b_t,
+            "sigma": sigma,
+            "enabled": enabled,
+            "tried": tried_kinds,
+            "exploration": expl.to_json(),
+            "directive": exploration_directive(expl, w=p.w, delta=delta),
+            "reserved": sorted(reserved_variants(p.m, p.m_draft, sigma, expl.untried)),
+            "prune": [pt.to_json() for pt in prune_set(records, t, p.n_prune)],
+        }
+
+    def views(self, before: Mapping[str, Any], inc_ev: EvalResult) -> list[View]:
+        """The evolve split's views (never a held-out task)."""
+        src = before["inc_rows"]
+        rows = [
+            r
+            for r in self.store.trials(self.name, int(src["t"]), str(src["candidate"]))
+            if r["world_id"] in self.evolve_ids
+        ]
+        means = {w: inc_ev.per_task[w].mean for w in self.evolve_ids if w in inc_ev.per_task}
+        failing = sorted((w for w in means if means[w] < FAIL_BELOW), key=lambda w: (means[w], w))
+        failing = failing[: self.config.n_fail_traces]
+        passing = sorted((w for w in means if w not in failing), key=lambda w: (-means[w], w))
+        passing = passing[: self.config.n_success_traces]
+        out = []
+        for w in [*failing, *passing]:
+            mine = [r for r in rows if r["world_id"] == w and r["status"] != "cancelled"]
+            key = sorted(
+                mine,
+                key=lambda r: (
+                    (float(r["reward"]) if r["status"] == "ok" else -1.0) * (1 if w in failing else -1),
+                    int(r["trial"]),
+                ),
+            )
+            out.append(
+                View(
+                    world=self.world_of(w), row=key[0] if key else None, checks=self.checks[w], mean=means[w]
+                )
+            )
+        return out
+
+    def world_of(self, task_id: str) -> TurnWorld:
+        task = self.suite.task(task_id)
+        if task.world_id is not None and task.world_id in self.worlds:
+            return self.worlds[task.world_id]
+        return request_world(self.suite, task)
+
+    def run_round(self) -> str:
+        """Run (or resume) round ``state.t``; returns ``adopted``, ``kept`` or ``infra``."""
+        assert self.state is not None
+        t = int(self.state["t"])
+        stored = self.store.round(self.name, t) or {}
+        before = stored.get("before") or self.state
+        if not stored.get("before"):
+            self.store.set_round(self.name, t, before=plain(before))
+        incumbent = materialize(before["incumbent"]) if before.get("incumbent") else h0()
+        inc_ev = EvalResult.from_json(before["inc_ev"])
+        setup = self.round_setup(before, incumbent)
+        views = self.views(before, inc_ev)
+        analysis = stored.get("analysis")
+        if analysis is None:
+            analyst = self.env.client(self.config, "analyst")
+            report = analyze(analyst, views, {})
+            self.env.count("analyst", analyst)
+            analysis = {
+                **report,
+                "capability_gaps": [m for m in report["failure_modes"] if m.get("lens") == "capability_gap"],
+            }
+            self.store.set_round(self.name, t, analysis=plain(analysis), directives=plain(setup))
+        drafts: dict[str, Any] = dict(stored.get("drafts") or {})
+        p, mode = self.config.params, self.config.mode_config
+        delta, S_star, S_t = float(before["delta"]), float(before["S_star"]), float(before["S_t"])
+        records = [EditRecord.from_json(r) for r in before.get("records", [])]
+        dctx = DraftContext(
+            incumbent=incumbent,
+            t=t,
+            b_t=setup["b_t"],
+            S_t=S_t,
+            delta=delta,
+            params=self.config.consolidation_params(),
+            records=before.get("records", []),
+            analysis=analysis,
+            exploration=exploration(setup["sigma"], setup["tried"], p.m_draft, enabled=setup["enabled"]),
+            reserved=frozenset(setup["reserved"]),
+            prune=prune_set(records, t, p.n_prune),
+            enabled=setup["enabled"],
+            views=views,
+            worlds=[v.world for v in views],
+        )
+        for i, v in enumerate("ABCDEFGH"[: p.m]):
+            if v in drafts:
+                continue
+            proposer, critic = (
+                self.env.client(self.config, "proposer"),
+                self.env.client(self.config, "critic"),
+            )
+            draft = draft_candidate(dctx, v, i, proposer=proposer, critic=critic).to_json()
+            self.env.count("proposer", proposer)
+            self.env.count("critic", critic)
+            drafts[v] = plain(draft)
+            self.store.set_round(self.name, t, drafts=drafts)
+        stop = (
+            StopContext(S_star, delta, S_t, p.invalid_missing_frac, mode.hopeless_rule)
+            if mode.early_stop
+            else None
+        )
+        cands: list[Candidate] = []
+        for v in sorted(drafts):
+            d = drafts[v]
+            edits = tuple(Edit.from_json(e) for e in d.get("edits") or [])
+            if d.get("gate") is None and "smoke" not in d:
+                d["smoke"] = self.smoke(t, v, materialize(d["payload"]))
+                if not d["smoke"]["ok"]:
+                    d["gate"], d["detail"] = "smoke_fail", d["smoke"]["detail"]
+                self.store.set_round(self.name, t, drafts=drafts)
+            if d.get("gate") is not None:
+                cands.append(
+                    Candidate(v, edits, None, gate_failure=d["gate"], detail=str(d.get("detail") or ""))
+                )
+                continue
+            rows = self.evaluate(t, v, materialize(d["payload"]), self.evolve_ids, p.k, stop=stop)
+            asm = assemble(
+                list(self.evolve_ids),
+                self.checks,
+                rows,
+                p.k,
+                f"r{t}{v}",
+                StopContext(S_star, delta, S_t, p.invalid_missing_frac, mode.hopeless_rule),
+            )
+            if asm.ev is None:
+                cands.append(Candidate(v, edits, None, gate_failure=asm.gate, detail=asm.detail))
+                continue
+            extra = {**asm.ev.extra, "touched_params": list(d.get("set_addresses") or [])}
+            cands.append(Candidate(v, edits, dataclasses.replace(asm.ev, extra=extra), payload=d["payload"]))
+        counts = accepted_counts(records, before_t=t)
+        winner, decisions = judge(self.config, p, cands, inc_ev, S_star, delta, counts, setup["enabled"])
+        record = decision_record(
+            t, self.config, p, S_star, delta, setup["enabled"], counts, inc_ev, cands, decisions, winner
+        )
+        state = apply_judgement(before, t, cands, decisions, winner)
+        infra = bool(cands) and all(
+            c.ev is None and c.gate_failure in ("smoke_fail", "eval_invalid") for c in cands
+        )
+        state["infra_streak"] = int(before.get("infra_streak", 0)) + 1 if infra else 0
+        if winner is not None:
+            assert winner.payload is not None
+            held = self._heldout(t, materialize(winner.payload))
+            if held is not None:
+                state["heldout"] = [
+                    *state.get("heldout", []),
+                    {"t": t, "version": str(winner.payload["version"]), "S": held},
+                ]
+        self._save_state(state, t, {"decision": record})
+        return "adopted" if winner is not None else ("infra" if infra else "kept")
+
+    def smoke(self, t: int, variant: str, harness: Harness) -> dict[str, Any]:
+        """``smoke_n`` evolve tasks (the first of the trial order) at k = 1: no crash, no missing trial."""
+        tasks: list[str] = []
+        for task in [s[0] for s in _order(self.evolve_ids, self.config.seed)]:
+            if task not in tasks:
+                tasks.append(task)
+        tasks = tasks[: self.config.smoke_n]
+        if not tasks:
+            return {"ok": True, "tasks": [], "missing": 0, "detail": ""}
+        clients: dict[str, CountingClient] = {}
+        tenv = self.trial_env(clients)
+        missing = []
+        for task in tasks:
+            values = run_task(tenv, self.suite.task(task), harness, 0)
+            row, _ = self.store.save_trial(self.name, t, f"{variant}~smoke", task, 0, 0, values)
+            if row["status"] != "ok":
+                missing.append(task)
+        for r, c in clients.items():
+            self.env.count(r, c)
+        detail = f"smoke: {len(missing)}/{len(tasks)} trials missing" if missing else ""
+        return {"ok": not missing, "tasks": tasks, "missing": len(missing), "detail": detail}
+
+
+def _order(task_ids: Sequence[str], seed: int) -> list[tuple[str, int]]:
+    from rsi_worker.evolve.evaluation import slot_order
+
+    return slot_order(task_ids, 1, seed)
+
+
+def _stop_asked(env: EvolveEnv, store: Store, name: str) -> bool:
+    if env.stop_file is not None and env.stop_file.exists():
+        return True
+    return store.run(name)[3]
+
+
+def run_inline(env: EvolveEnv, name: str, *, max_rounds: int | None = None) -> RunOutcome:
+    """Run (or resume) the evolve run ``name`` in this process until it ends, is stopped, or ran
+    ``max_rounds`` more rounds (module docstring)."""
+    run = _Run(env, name)
+    if run.status == "done":
+        return RunOutcome("done", int((run.state or {}).get("t", 0)), 0, "already done")
+    missing_worlds = [
+        t.id for t in run.suite.tasks if t.world_id is not None and t.world_id not in run.worlds
+    ]
+    if missing_worlds:
+        env.store.set_run(name, status="failed")
+        return RunOutcome("failed", 0, 0, f"task(s) {', '.join(missing_worlds[:5])}: world no longer stored")
+    env.store.set_run(name, status="running", stop_requested=False)
+    if run.state is None:
+        run.baseline()
+    assert run.state is not None
+    T, done = run.config.params.T, 0
+    while int(run.state["t"]) < T:
+        if _stop_asked(env, env.store, name):
+            env.store.set_run(name, status="stopped")
+            return RunOutcome("stopped", int(run.state["t"]), done, "stop requested")
+        if max_rounds is not None and done >= max_rounds:
+            env.store.set_run(name, status="stopped")
+            return RunOutcome("stopped", int(run.state["t"]), done, "round limit of this call")
+        run.run_round()
+        done += 1
+        if int(run.state.get("infra_streak", 0)) >= INFRA_STREAK:
+            env.store.set_run(name, status="failed")
+            return RunOutcome(
+                "failed",
+                int(run.state["t"]),
+                done,
+                f"{INFRA_STREAK} rounds in a row failed on infrastructure",
+            )
+    env.store.set_run(name, status="done")
+    return RunOutcome("done", int(run.state["t"]), done)
+
+
+def status_of(store: Store, name: str) -> dict[str, Any]:
+    """Live progress: status, round t of T, S★, S_t, δ, adoptions, held-out S, trials stored this round."""
+    suite, config, status, stop_requested, state = store.run(name)
+    state = state or {}
+    t = int(state.get("t", -1)) if state else -1
+    trials = store.trials(name, t)
+    return {
+        "name": name,
+        "suite": suite,
+        "status": status,
+        "stop_requested": stop_requested,
+        "t": t,
+        "T": config.params.T,
+        "S_star": state.get("S_star"),
+        "S_t": state.get("S_t"),
+        "delta": state.get("delta"),
+        "adopted": len(state.get("accepted", [])),
+        "heldout": state.get("heldout", []),
+        "round_trials": len(trials),
+        "round_trials_by_candidate": {
+            c: sum(1 for r in trials if r["candidate"] == c) for c in sorted({r["candidate"] for r in trials})
+        },
+        "usage": state.get("usage", {}),
+        "calibration": state.get("calibration"),
+    }

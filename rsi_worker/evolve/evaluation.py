@@ -1,0 +1,138 @@
+"""Evaluating one harness on a split (docs/algorithm/evolve.md#evaluation): trial order, early stop, the
+re-run of missing trials.
+
+* **Trial order**: the ``(task, trial)`` slots shuffled with ``random.Random(seed)`` (:func:`slot_order`),
+  the same order for every candidate of every round.
+* **Trials** run in waves of ``parallel`` slots; a stored slot is never run again (the trial rows are
+  idempotent), so a killed run resumes from its last stored trial.
+* **Early stop** (production only; ``stop`` given): after each wave the exact bound
+  (docs/algorithm/formulas.md §2.10) is checked over the stored rows, a missing trial counting as
+  unknown weight; when rejection at the floor is certain the remaining slots are stored ``cancelled``.
+* **Missing trials** are run once more (``attempt = 1``); the latest attempt of a slot counts.
+
+The trial rows come back in the shape :func:`rsi_worker.consolidate.evaluate.assemble` reads.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from rsi_common.math import can_stop_exactly
+from rsi_worker.consolidate.evaluate import StopContext, bound_total
+from rsi_worker.evolve.store import Store
+
+__all__ = ["EvalJob", "SlotRunner", "evaluate", "latest_rows", "slot_order"]
+
+SlotRunner = Callable[[str, int], dict[str, Any]]
+"""``(task_id, seed) → trial values``: one trial of the candidate being evaluated."""
+
+
+def slot_order(task_ids: Sequence[str], k: int, seed: int) -> list[tuple[str, int]]:
+    """Every ``(task, trial)`` slot, shuffled with ``random.Random(seed)`` (from tasks in the given order)."""
+    slots = [(task, j) for task in task_ids for j in range(k)]
+    random.Random(seed).shuffle(slots)
+    return slots
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    """One evaluation: the run, round, candidate label, the split and its checks, and the slot seeds
+    (``seed_base + trial``; the base evaluations of H0 use ``r·k`` so repeats differ)."""
+
+    evolve: str
+    t: int
+    candidate: str
+    task_ids: tuple[str, ...]
+    checks: Mapping[str, Sequence[Any]]
+    k: int
+    order_seed: int
+    seed_base: int = 0
+
+
+def latest_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per slot, its row of the highest attempt."""
+    best: dict[tuple[str, int], Mapping[str, Any]] = {}
+    for r in rows:
+        key = (str(r["world_id"]), int(r["trial"]))
+        if key not in best or int(r.get("attempt", 0)) > int(best[key].get("attempt", 0)):
+            best[key] = r
+    return [dict(r) for r in best.values()]
+
+
+def _bounds(job: EvalJob, rows: Sequence[Mapping[str, Any]]) -> tuple[int, int, int]:
+    ok = [r for r in latest_rows(rows) if r["status"] == "ok"]
+    A = sum(int((r.get("result") or {}).get("passed", 0)) for r in ok)
+    B = sum(int(r.get("weight") or 0) for r in ok)
+    return A, B, bound_total(list(job.task_ids), job.checks, job.k) - B
+
+
+def evaluate(
+    store: Store,
+    job: EvalJob,
+    run_slot: SlotRunner,
+    *,
+    parallel: int = 1,
+    stop: StopContext | None = None,
+    rerun_missing: bool = True,
+) -> list[dict[str, Any]]:
+    """Run the job's missing slots (module docstring); returns the latest row of every slot."""
+    order = slot_order(job.task_ids, job.k, job.order_seed)
+    rows = store.trials(job.evolve, job.t, job.candidate)
+    done = {(str(r["world_id"]), int(r["trial"]), int(r.get("attempt", 0))) for r in rows}
+
+    def one(slot: tuple[str, int], attempt: int) -> dict[str, Any]:
+        task, j = slot
+        values = run_slot(task, job.seed_base + j)
+        row, _ = store.save_trial(job.evolve, job.t, job.candidate, task, j, attempt, values)
+        return row
+
+    def stopped() -> bool:
+        if stop is None:
+            return False
+        A, B, R = _bounds(job, rows)
+        return can_stop_exactly(A, B, R, stop.S_star, stop.delta, stop.S_t)
+
+    def run_wave(slots: Sequence[tuple[str, int]], attempt: int) -> None:
+        if parallel <= 1 or len(slots) <= 1:
+            rows.extend(one(s, attempt) for s in slots)
+            return
+        with ThreadPoolExecutor(max_workers=min(parallel, len(slots))) as pool:
+            rows.extend(pool.map(lambda s: one(s, attempt), slots))
+
+    if any(r["status"] == "cancelled" for r in rows):
+        return latest_rows(rows)
+    todo = [s for s in order if (s[0], s[1], 0) not in done]
+    width = max(1, parallel)
+    for i in range(0, len(todo), width):
+        if stopped():
+            break
+        run_wave(todo[i : i + width], 0)
+    if stopped():
+        seen = {(str(r["world_id"]), int(r["trial"])) for r in rows}
+        for task, j in order:
+            if (task, j) not in seen:
+                row, _ = store.save_trial(
+                    job.evolve,
+                    job.t,
+                    job.candidate,
+                    task,
+                    j,
+                    0,
+                    {"status": "cancelled", "result": {"reason": "early stop"}},
+                )
+                rows.append(row)
+        return latest_rows(rows)
+    if rerun_missing:
+        again = [
+            (str(r["world_id"]), int(r["trial"]))
+            for r in latest_rows(rows)
+            if r["status"] == "missing" and int(r.get("attempt", 0)) == 0
+        ]
+        again.sort(key=order.index)
+        for i in range(0, len(again), width):
+            run_wave(again[i : i + width], 1)
+    return latest_rows(rows)

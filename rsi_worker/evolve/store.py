@@ -1,0 +1,198 @@
+"""Reading and writing an evolve run's rows (docs/algorithm/evolve.md#durable-state): one short transaction
+per call, never open across model calls."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from rsi_common.db import evolve as db
+from rsi_common.errors import InvalidInput
+from rsi_worker.evolve.config import EvolveConfig
+from rsi_worker.evolve.suite import Suite, validate_suite
+
+__all__ = ["Store", "row_json"]
+
+
+def row_json(row: db.EvolveTrialRow) -> dict[str, Any]:
+    """A stored trial as the trial-row dict :func:`rsi_worker.consolidate.evaluate.assemble` reads
+    (``world_id`` = the task id)."""
+    return {
+        "candidate": row.candidate,
+        "world_id": row.task_id,
+        "trial": row.trial,
+        "attempt": row.attempt,
+        "source": "replay",
+        "status": row.status,
+        "reward": row.reward,
+        "weight": row.weight,
+        "tokens": row.tokens,
+        "result": dict(row.result or {}),
+        "t": row.t,
+    }
+
+
+class Store:
+    """The evolve tables through a session factory."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = sessions
+
+    # --- suites ---------------------------------------------------------------------------------
+
+    def save_suite(self, suite: Suite, *, replace: bool = False) -> None:
+        """Store a validated suite. Raises ``InvalidInput`` when the name exists (unless ``replace``)."""
+        with self.sessions.begin() as s:
+            row = db.get_suite(s, suite.name)
+            if row is not None and not replace:
+                raise InvalidInput(f"suite {suite.name!r} exists; pick another name")
+            if row is None:
+                s.add(db.SuiteRow(name=suite.name, spec=suite.to_json()))
+            else:
+                row.spec = suite.to_json()
+
+    def suite(self, name: str) -> Suite:
+        with self.sessions() as s:
+            row = db.get_suite(s, name)
+            if row is None:
+                raise InvalidInput(f"unknown suite {name!r}")
+            return validate_suite(row.spec)
+
+    # --- runs -----------------------------------------------------------------------------------
+
+    def create(self, name: str, suite: str, config: EvolveConfig) -> None:
+        with self.sessions.begin() as s:
+            if db.get_suite(s, suite) is None:
+                raise InvalidInput(f"unknown suite {suite!r}")
+            if db.get_evolve(s, name) is not None:
+                raise InvalidInput(f"evolve run {name!r} exists")
+            s.add(
+                db.EvolveRow(
+                    name=name,
+                    suite=suite,
+                    config=config.to_json(),
+                    status="created",
+                    stop_requested=False,
+                    state=None,
+                )
+            )
+
+    def run(self, name: str) -> tuple[str, EvolveConfig, str, bool, dict[str, Any] | None]:
+        """``(suite, config, status, stop_requested, state)``. Raises ``InvalidInput`` for an unknown run."""
+        with self.sessions() as s:
+            row = db.get_evolve(s, name)
+            if row is None:
+                raise InvalidInput(f"unknown evolve run {name!r}")
+            return (
+                row.suite,
+                EvolveConfig.from_json(row.config),
+                row.status,
+                row.stop_requested,
+                dict(row.state) if row.state is not None else None,
+            )
+
+    def set_run(
+        self,
+        name: str,
+        *,
+        status: str | None = None,
+        state: Mapping[str, Any] | None = None,
+        stop_requested: bool | None = None,
+        round_t: int | None = None,
+        round_fields: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Update the run row (and, in the same transaction, round ``round_t``'s fields)."""
+        with self.sessions.begin() as s:
+            row = db.get_evolve(s, name, for_update=True)
+            if row is None:
+                raise InvalidInput(f"unknown evolve run {name!r}")
+            if status is not None:
+                row.status = status
+            if state is not None:
+                row.state = dict(state)
+            if stop_requested is not None:
+                row.stop_requested = stop_requested
+            if round_t is not None:
+                db.upsert_evolve_round(s, name, round_t, **dict(round_fields or {}))
+
+    def round(self, name: str, t: int) -> dict[str, Any] | None:
+        with self.sessions() as s:
+            row = db.evolve_round(s, name, t)
+            if row is None:
+                return None
+            return {
+                "t": row.t,
+                "before": row.before,
+                "analysis": row.analysis,
+                "directives": row.directives,
+                "drafts": row.drafts,
+                "decision": row.decision,
+            }
+
+    def rounds(self, name: str) -> list[dict[str, Any]]:
+        with self.sessions() as s:
+            return [
+                {
+                    "t": r.t,
+                    "before": r.before,
+                    "analysis": r.analysis,
+                    "directives": r.directives,
+                    "drafts": r.drafts,
+                    "decision": r.decision,
+                }
+                for r in db.evolve_rounds(s, name)
+            ]
+
+    def set_round(self, name: str, t: int, **fields: Any) -> None:
+        with self.sessions.begin() as s:
+            db.upsert_evolve_round(s, name, t, **fields)
+
+    # --- trials ---------------------------------------------------------------------------------
+
+    def save_trial(
+        self,
+        name: str,
+        t: int,
+        candidate: str,
+        task_id: str,
+        trial: int,
+        attempt: int,
+        values: Mapping[str, Any],
+    ) -> tuple[dict[str, Any], bool]:
+        with self.sessions.begin() as s:
+            row, created = db.save_evolve_trial(
+                s,
+                name,
+                t,
+                candidate,
+                task_id,
+                trial,
+                attempt,
+                status=values["status"],
+                reward=float(values.get("reward") or 0.0),
+                weight=float(values.get("weight") or 0.0),
+                tokens=values.get("tokens"),
+                result=values.get("result"),
+            )
+            return row_json(row), created
+
+    def trials(self, name: str, t: int | None = None, candidate: str | None = None) -> list[dict[str, Any]]:
+        with self.sessions() as s:
+            return [row_json(r) for r in db.evolve_trials(s, name, t, candidate)]
+
+    def delete_cancelled(self, name: str, t: int, candidates: Sequence[str]) -> int:
+        """Remove the ``cancelled`` rows of early-stopped candidates (``reevaluate`` measures them fully)."""
+        import sqlalchemy as sa
+
+        with self.sessions.begin() as s:
+            result = s.execute(
+                sa.delete(db.EvolveTrialRow).where(
+                    db.EvolveTrialRow.evolve == name,
+                    db.EvolveTrialRow.t == t,
+                    db.EvolveTrialRow.candidate.in_(list(candidates)),
+                    db.EvolveTrialRow.status == "cancelled",
+                )
+            )
+            return int(getattr(result, "rowcount", 0) or 0)
