@@ -16,6 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from rsi_worker.commands import admin, batch, bench, cluster, db, harness, loadtest, service, worlds
+from rsi_worker.commands import evolve as evolve_cmd
 from rsi_worker.commands.common import cli_errors
 
 
@@ -40,6 +41,7 @@ app.add_typer(db.db, name="db")
 app.add_typer(bench.bench, name="bench")
 app.add_typer(worlds.worlds, name="worlds")
 app.add_typer(harness.harness, name="harness")
+evolve_cmd.register(app)
 
 
 def main() -> None:
