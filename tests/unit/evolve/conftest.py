@@ -27,8 +27,9 @@ Wrap = Callable[[str, ModelClient], ModelClient]
 class Recording:
     """A client that records every request it is sent (per role) and may be wrapped."""
 
-    def __init__(self, inner: ModelClient, role: str, log: list[tuple[str, ModelRequest]],
-                 lock: threading.Lock) -> None:
+    def __init__(
+        self, inner: ModelClient, role: str, log: list[tuple[str, ModelRequest]], lock: threading.Lock
+    ) -> None:
         self.inner, self.role, self.log, self.lock = inner, role, log, lock
         self.provider, self.model = inner.provider, inner.model
 
