@@ -213,3 +213,29 @@ def bench_efficacy_cmd(
     from rsi_worker.bench.efficacy import report_table
 
     Console().print(report_table(report))
+
+
+@bench.command("evolve")
+def bench_evolve_cmd(
+    tasks: int = typer.Option(8, "--tasks", min=1, help="Evolve tasks in the generated sim suite."),
+    heldout: int = typer.Option(4, "--heldout", min=0, help="Held-out tasks (unseen requests)."),
+    rounds: int = typer.Option(3, "--rounds", min=1, help="Rounds T."),
+    k: int = typer.Option(2, "--k", min=1, help="Trials per task."),
+    latency_ms: float = typer.Option(20.0, "--latency-ms", min=0, help="Sim latency per model call."),
+    trial_parallel: int = typer.Option(4, "--trial-parallel", min=1, help="Trials in flight."),
+    eval_parallel: int = typer.Option(2, "--eval-parallel", min=1, help="Candidates at once."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """An offline evolve run on a generated sim suite: per-round S, held-out S, δ, calls, wall vs bound."""
+    from rsi_worker.bench.evolve import bench_evolve
+
+    report = bench_evolve(tasks=tasks, heldout=heldout, rounds=rounds, k=k, latency_ms=latency_ms,
+                          trial_parallel=trial_parallel, eval_parallel=eval_parallel)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    rows = report.pop("per_round")
+    _print_flat(report, "rsi bench evolve (targets: heldout_gain >= 0.3, heldout_regressions 0, "
+                        "wall <= 1.2 x bound)", False)
+    for r in rows:
+        typer.echo(json.dumps(r))

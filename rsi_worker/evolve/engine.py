@@ -23,10 +23,12 @@ evolve split only.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -67,6 +69,9 @@ __all__ = ["INFRA_STREAK", "EvolveEnv", "RunOutcome", "run_inline", "status_of"]
 INFRA_STREAK = 3
 """Rounds in a row whose every candidate failed on infrastructure before the run stops."""
 HELDOUT = "heldout"
+_COUNT_LOCK = threading.Lock()
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass
@@ -88,6 +93,10 @@ class EvolveEnv:
         return CountingClient(self.models(config.provider, config.model, role))
 
     def count(self, role: str, client: CountingClient) -> None:
+        with _COUNT_LOCK:
+            self._count(role, client)
+
+    def _count(self, role: str, client: CountingClient) -> None:
         tally = self.usage.setdefault(role, {"calls": 0, "input_tokens": 0, "output_tokens": 0})
         for key, value in client.usage().items():
             tally[key] = tally.get(key, 0) + value
@@ -342,51 +351,48 @@ class _Run:
             views=views,
             worlds=[v.world for v in views],
         )
-        for i, v in enumerate("ABCDEFGH"[: p.m]):
-            if v in drafts:
-                continue
-            proposer, critic = (
-                self.env.client(self.config, "proposer"),
-                self.env.client(self.config, "critic"),
-            )
+        missing = [(i, v) for i, v in enumerate("ABCDEFGH"[: p.m]) if v not in drafts]
+        lock = threading.Lock()
+
+        def draft_one(item: tuple[int, str]) -> None:
+            i, v = item
+            proposer = self.env.client(self.config, "proposer")
+            critic = self.env.client(self.config, "critic")
             draft = draft_candidate(dctx, v, i, proposer=proposer, critic=critic).to_json()
             self.env.count("proposer", proposer)
             self.env.count("critic", critic)
-            drafts[v] = plain(draft)
-            self.store.set_round(self.name, t, drafts=drafts)
+            with lock:
+                drafts[v] = plain(draft)
+                self.store.set_round(self.name, t, drafts=dict(sorted(drafts.items())))
+
+        _each(draft_one, missing, self.config.eval_parallel)
         stop = (
             StopContext(S_star, delta, S_t, p.invalid_missing_frac, mode.hopeless_rule)
             if mode.early_stop
             else None
         )
-        cands: list[Candidate] = []
-        for v in sorted(drafts):
+
+        def candidate(v: str) -> Candidate:
             d = drafts[v]
             edits = tuple(Edit.from_json(e) for e in d.get("edits") or [])
             if d.get("gate") is None and "smoke" not in d:
-                d["smoke"] = self.smoke(t, v, materialize(d["payload"]))
-                if not d["smoke"]["ok"]:
-                    d["gate"], d["detail"] = "smoke_fail", d["smoke"]["detail"]
-                self.store.set_round(self.name, t, drafts=drafts)
+                smoke = self.smoke(t, v, materialize(d["payload"]))
+                with lock:
+                    d["smoke"] = smoke
+                    if not smoke["ok"]:
+                        d["gate"], d["detail"] = "smoke_fail", smoke["detail"]
+                    self.store.set_round(self.name, t, drafts=dict(sorted(drafts.items())))
             if d.get("gate") is not None:
-                cands.append(
-                    Candidate(v, edits, None, gate_failure=d["gate"], detail=str(d.get("detail") or ""))
-                )
-                continue
+                return Candidate(v, edits, None, gate_failure=d["gate"], detail=str(d.get("detail") or ""))
             rows = self.evaluate(t, v, materialize(d["payload"]), self.evolve_ids, p.k, stop=stop)
-            asm = assemble(
-                list(self.evolve_ids),
-                self.checks,
-                rows,
-                p.k,
-                f"r{t}{v}",
-                StopContext(S_star, delta, S_t, p.invalid_missing_frac, mode.hopeless_rule),
-            )
+            judged_at = StopContext(S_star, delta, S_t, p.invalid_missing_frac, mode.hopeless_rule)
+            asm = assemble(list(self.evolve_ids), self.checks, rows, p.k, f"r{t}{v}", judged_at)
             if asm.ev is None:
-                cands.append(Candidate(v, edits, None, gate_failure=asm.gate, detail=asm.detail))
-                continue
+                return Candidate(v, edits, None, gate_failure=asm.gate, detail=asm.detail)
             extra = {**asm.ev.extra, "touched_params": list(d.get("set_addresses") or [])}
-            cands.append(Candidate(v, edits, dataclasses.replace(asm.ev, extra=extra), payload=d["payload"]))
+            return Candidate(v, edits, dataclasses.replace(asm.ev, extra=extra), payload=d["payload"])
+
+        cands = _each(candidate, sorted(drafts), self.config.eval_parallel)
         counts = accepted_counts(records, before_t=t)
         winner, decisions = judge(self.config, p, cands, inc_ev, S_star, delta, counts, setup["enabled"])
         record = decision_record(
@@ -419,16 +425,29 @@ class _Run:
             return {"ok": True, "tasks": [], "missing": 0, "detail": ""}
         clients: dict[str, CountingClient] = {}
         tenv = self.trial_env(clients)
-        missing = []
-        for task in tasks:
+
+        def one(task: str) -> bool:
             values = run_task(tenv, self.suite.task(task), harness, 0)
             row, _ = self.store.save_trial(self.name, t, f"{variant}~smoke", task, 0, 0, values)
-            if row["status"] != "ok":
-                missing.append(task)
+            return bool(row["status"] == "ok")
+
+        missing = [
+            task
+            for task, ok in zip(tasks, _each(one, tasks, self.config.trial_parallel), strict=True)
+            if not ok
+        ]
         for r, c in clients.items():
             self.env.count(r, c)
         detail = f"smoke: {len(missing)}/{len(tasks)} trials missing" if missing else ""
         return {"ok": not missing, "tasks": tasks, "missing": len(missing), "detail": detail}
+
+
+def _each(fn: Callable[[T], R], items: Sequence[T], parallel: int) -> list[R]:
+    """``fn`` over ``items`` on up to ``parallel`` threads; results in input order."""
+    if parallel <= 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(parallel, len(items))) as pool:
+        return list(pool.map(fn, items))
 
 
 def _order(task_ids: Sequence[str], seed: int) -> list[tuple[str, int]]:

@@ -3,11 +3,12 @@ re-run of missing trials.
 
 * **Trial order**: the ``(task, trial)`` slots shuffled with ``random.Random(seed)`` (:func:`slot_order`),
   the same order for every candidate of every round.
-* **Trials** run in waves of ``parallel`` slots; a stored slot is never run again (the trial rows are
-  idempotent), so a killed run resumes from its last stored trial.
-* **Early stop** (production only; ``stop`` given): after each wave the exact bound
-  (docs/algorithm/formulas.md §2.10) is checked over the stored rows, a missing trial counting as
-  unknown weight; when rejection at the floor is certain the remaining slots are stored ``cancelled``.
+* **Trials** run on ``parallel`` threads in that order; a stored slot is never run again (the trial
+  rows are idempotent), so a killed run resumes from its last stored trial.
+* **Early stop** (production only; ``stop`` given): before a trial starts, the exact bound
+  (docs/algorithm/formulas.md §2.10) is checked over the rows stored so far, a missing trial counting
+  as unknown weight; once rejection at the floor is certain the remaining slots are stored
+  ``cancelled`` (which trials ran before the stop may vary with timing; the decision never does).
 * **Missing trials** are run once more (``attempt = 1``); the latest attempt of a slot counts.
 
 The trial rows come back in the shape :func:`rsi_worker.consolidate.evaluate.assemble` reads.
@@ -16,6 +17,7 @@ The trial rows come back in the shape :func:`rsi_worker.consolidate.evaluate.ass
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -84,33 +86,35 @@ def evaluate(
     rows = store.trials(job.evolve, job.t, job.candidate)
     done = {(str(r["world_id"]), int(r["trial"]), int(r.get("attempt", 0))) for r in rows}
 
-    def one(slot: tuple[str, int], attempt: int) -> dict[str, Any]:
-        task, j = slot
-        values = run_slot(task, job.seed_base + j)
-        row, _ = store.save_trial(job.evolve, job.t, job.candidate, task, j, attempt, values)
-        return row
+    lock = threading.Lock()
 
     def stopped() -> bool:
         if stop is None:
             return False
-        A, B, R = _bounds(job, rows)
+        with lock:
+            A, B, R = _bounds(job, rows)
         return can_stop_exactly(A, B, R, stop.S_star, stop.delta, stop.S_t)
 
-    def run_wave(slots: Sequence[tuple[str, int]], attempt: int) -> None:
+    def one(slot: tuple[str, int], attempt: int) -> None:
+        if attempt == 0 and stopped():  # cooperative early stop: a queued slot is skipped
+            return
+        task, j = slot
+        values = run_slot(task, job.seed_base + j)
+        row, _ = store.save_trial(job.evolve, job.t, job.candidate, task, j, attempt, values)
+        with lock:
+            rows.append(row)
+
+    def run_all(slots: Sequence[tuple[str, int]], attempt: int) -> None:
         if parallel <= 1 or len(slots) <= 1:
-            rows.extend(one(s, attempt) for s in slots)
+            for s in slots:
+                one(s, attempt)
             return
         with ThreadPoolExecutor(max_workers=min(parallel, len(slots))) as pool:
-            rows.extend(pool.map(lambda s: one(s, attempt), slots))
+            list(pool.map(lambda s: one(s, attempt), slots))
 
     if any(r["status"] == "cancelled" for r in rows):
         return latest_rows(rows)
-    todo = [s for s in order if (s[0], s[1], 0) not in done]
-    width = max(1, parallel)
-    for i in range(0, len(todo), width):
-        if stopped():
-            break
-        run_wave(todo[i : i + width], 0)
+    run_all([s for s in order if (s[0], s[1], 0) not in done], 0)
     if stopped():
         seen = {(str(r["world_id"]), int(r["trial"])) for r in rows}
         for task, j in order:
@@ -133,6 +137,5 @@ def evaluate(
             if r["status"] == "missing" and int(r.get("attempt", 0)) == 0
         ]
         again.sort(key=order.index)
-        for i in range(0, len(again), width):
-            run_wave(again[i : i + width], 1)
+        run_all(again, 1)
     return latest_rows(rows)

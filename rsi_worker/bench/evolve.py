@@ -1,0 +1,159 @@
+"""``rsi bench evolve``: an offline evolve run on a generated sim suite (docs/algorithm/evolve.md),
+measured round by round (a measurement, not a test).
+
+Per round: S on the evolve split (the incumbent's Ŝ after the round), held-out S, δ, adoption, model calls
+by role, wall time and its capacity-aware bound ``latency × max(chain, calls / slots)``: ``chain`` is the
+longest chain of dependent model calls (the analyst, one draft's proposer and critic calls, then one
+trial — a policy call and one judge call per check — for smoke, for the evaluation and, after an
+adoption, for the held-out split), ``slots`` = ``eval_parallel × trial_parallel`` (candidates are drafted
+and evaluated ``eval_parallel`` at a time, each with ``trial_parallel`` trials in flight).
+``heldout_gain`` = last held-out S − H0's;
+``heldout_regressions`` = adopted rounds that lowered held-out S by more than δ.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rsi_common.config import Settings, SimConfig
+from rsi_common.db import make_engine, session_factory, upgrade
+from rsi_common.math import RRSIParams
+from rsi_worker.bench.evolve_suite import sim_suite
+from rsi_worker.consolidate import default_models
+from rsi_worker.evolve.config import EvolveConfig
+from rsi_worker.evolve.engine import EvolveEnv, run_inline
+from rsi_worker.evolve.store import Store
+
+__all__ = ["bench_evolve"]
+
+TRIAL_ROLES = ("policy", "judge")
+
+
+def _calls(usage: dict[str, Any], roles: tuple[str, ...]) -> int:
+    return sum(int((usage.get(r) or {}).get("calls", 0)) for r in roles)
+
+
+def _bound_calls(
+    usage: dict[str, Any], rnd: dict[str, Any], config: EvolveConfig, trial_chain: int, slots: int
+) -> float:
+    m = max(1, config.params.m)
+    drafts = rnd.get("drafts") or {}
+    smoked = any("smoke" in d for d in drafts.values())
+    evaluated = _calls(usage, TRIAL_ROLES) > 0
+    adopted = (rnd.get("decision") or {}).get("winner") is not None
+    chain = (
+        _calls(usage, ("analyst",))
+        + -(-_calls(usage, ("proposer", "critic")) // m)
+        + trial_chain * (int(smoked) + int(evaluated) + int(adopted))
+    )
+    total = sum(int(u.get("calls", 0)) for u in usage.values())
+    return float(max(chain, total / slots))
+
+
+def bench_evolve(
+    *,
+    tasks: int = 8,
+    heldout: int = 4,
+    rounds: int = 3,
+    k: int = 2,
+    latency_ms: float = 20.0,
+    trial_parallel: int = 4,
+    eval_parallel: int = 2,
+    seed: int = 7,
+) -> dict[str, Any]:
+    """Run the generated suite inline and report (module docstring)."""
+    import rsi_worker.roles  # noqa: F401 - registers the sim's role behaviours
+
+    with tempfile.TemporaryDirectory(prefix="rsi-bench-evolve-") as tmp:
+        settings = Settings(
+            database_url=f"sqlite:///{Path(tmp) / 'rsi.db'}", sim=SimConfig(latency_ms=latency_ms)
+        )
+        engine = make_engine(settings.database_url)
+        upgrade(engine)
+        sessions = session_factory(engine)
+        store = Store(sessions)
+        suite = sim_suite("bench", n_tasks=tasks, n_heldout=heldout, seed=seed)
+        store.save_suite(suite)
+        config = EvolveConfig(
+            params=RRSIParams(T=rounds, k=k),
+            trial_parallel=trial_parallel,
+            eval_parallel=eval_parallel,
+            seed=seed,
+        )
+        store.create("bench", suite.name, config)
+        env = EvolveEnv(sessions, default_models(settings), settings)
+        trial_chain = 1 + max(len(t.checks) for t in suite.tasks)
+        t0 = time.perf_counter()
+        run_inline(env, "bench", max_rounds=0)
+        baseline_s = time.perf_counter() - t0
+        per_round: list[dict[str, Any]] = []
+        prev = dict((store.run("bench")[4] or {}).get("usage") or {})
+        for _ in range(rounds):
+            t1 = time.perf_counter()
+            out = run_inline(env, "bench", max_rounds=1)
+            wall = time.perf_counter() - t1
+            state = store.run("bench")[4] or {}
+            usage = state.get("usage") or {}
+            delta_usage = {
+                r: {"calls": int(u.get("calls", 0)) - int((prev.get(r) or {}).get("calls", 0))}
+                for r, u in usage.items()
+            }
+            prev = dict(usage)
+            t = int(state["t"]) - 1
+            rnd = store.round("bench", t) or {}
+            bound = (
+                latency_ms
+                / 1000
+                * _bound_calls(delta_usage, rnd, config, trial_chain, trial_parallel * eval_parallel)
+            )
+            held = [h for h in state.get("heldout", []) if h["t"] == t]
+            per_round.append(
+                {
+                    "t": t,
+                    "S": state.get("S_t"),
+                    "S_star": state.get("S_star"),
+                    "heldout_S": held[-1]["S"] if held else None,
+                    "delta": state.get("delta"),
+                    "adopted": (rnd.get("decision") or {}).get("winner") is not None,
+                    "calls": {r: u["calls"] for r, u in delta_usage.items()},
+                    "wall_s": round(wall, 3),
+                    "bound_s": round(bound, 3),
+                    "wall_over_bound": round(wall / bound, 3) if bound else None,
+                }
+            )
+            if out.status in ("done", "failed"):
+                break
+        state = store.run("bench")[4] or {}
+        engine.dispose()
+    delta = float(state.get("delta") or 0.0)
+    held_series = [h["S"] for h in state.get("heldout", [])]
+    regressions = 0
+    last = held_series[0] if held_series else None
+    for h in state.get("heldout", [])[1:]:
+        if last is not None and h["S"] < last - delta:
+            regressions += 1
+        last = h["S"]
+    return {
+        "tasks": tasks,
+        "heldout_tasks": heldout,
+        "rounds": len(per_round),
+        "k": k,
+        "latency_ms": latency_ms,
+        "trial_parallel": trial_parallel,
+        "eval_parallel": eval_parallel,
+        "delta": delta,
+        "S_base": (state.get("trajectory") or [None])[0],
+        "S_final": state.get("S_t"),
+        "heldout_S_base": held_series[0] if held_series else None,
+        "heldout_S_final": held_series[-1] if held_series else None,
+        "heldout_gain": round(held_series[-1] - held_series[0], 6) if held_series else None,
+        "heldout_regressions": regressions,
+        "adoptions": len(state.get("accepted", [])),
+        "baseline_wall_s": round(baseline_s, 3),
+        "per_round": per_round,
+        "max_wall_over_bound": max((r["wall_over_bound"] or 0 for r in per_round), default=None),
+        "distributed": None,
+    }
