@@ -73,6 +73,8 @@ __all__ = [
     "TASK_AFTER_INCUMBENT",
     "TASK_CONSOLIDATE",
     "TASK_DRAFT_CANDIDATE",
+    "TASK_EVOLVE_STEP",
+    "TASK_EVOLVE_TRIAL",
     "TASK_JUDGE_ROUND",
     "TASK_QUEUES",
     "TASK_REPLAY_TRIAL",
@@ -116,6 +118,10 @@ TASK_JUDGE_ROUND = "rsi.judge_round"
 
 TASK_SWEEP = "rsi.sweep"
 """``sweep()``: the sweeper (Celery beat)."""
+TASK_EVOLVE_STEP = "rsi.evolve_step"
+"""``evolve_step(results, name)``: one step of an offline evolve run (a chain link and chord body)."""
+TASK_EVOLVE_TRIAL = "rsi.evolve_trial"
+"""``evolve_trial(name, spec)``: one trial of an evolve run (a chord member)."""
 TASK_QUEUES: Mapping[str, str] = {
     TASK_CONSOLIDATE: QUEUE_CONSOLIDATE,
     TASK_DRAFT_CANDIDATE: QUEUE_CONSOLIDATE,
@@ -123,6 +129,8 @@ TASK_QUEUES: Mapping[str, str] = {
     TASK_REPLAY_TRIAL: QUEUE_REPLAY,
     TASK_AFTER_INCUMBENT: QUEUE_JUDGE,
     TASK_JUDGE_ROUND: QUEUE_JUDGE,
+    TASK_EVOLVE_STEP: QUEUE_CONSOLIDATE,
+    TASK_EVOLVE_TRIAL: QUEUE_REPLAY,
 }
 """Task name → queue. ``replay`` carries the fan-out; ``judge`` the chord bodies that judge."""
 

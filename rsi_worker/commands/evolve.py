@@ -21,7 +21,7 @@ import typer
 from rsi_worker.commands.common import check_schema, cli_errors, echo_json, fail, load_settings
 
 if TYPE_CHECKING:
-    from rsi_worker.evolve.engine import EvolveEnv
+    from rsi_worker.evolve.engine import EvolveEnv, RunOutcome
     from rsi_worker.runtime import Runtime
 
 __all__ = ["evolve", "register", "suite"]
@@ -200,18 +200,20 @@ def evolve_init(
 def evolve_run(
     name: str = typer.Argument(...),
     inline: bool = typer.Option(False, "--inline", help="Run in this process."),
+    wait: bool = typer.Option(False, "--wait", help="On the cluster: wait until the run ends."),
     rounds: int | None = typer.Option(None, "--rounds", min=1, help="Run at most this many rounds now."),
     run_dir: Path | None = DIR_OPT,
     as_json: bool = JSON_OPT,
 ) -> None:
-    """Run (or resume) an evolve run."""
+    """Run (or resume) an evolve run: on the cluster (``RSI_REDIS_URL``) or in this process (``--inline``)."""
     from rsi_worker.evolve.engine import run_inline
 
-    if not inline:
-        fail("the distributed evolve run is not available in this build; pass --inline", as_json=as_json)
-    with cli_errors(as_json), _runtime(models=True) as (_, env):
-        env.stop_file = (run_dir or Path("runs") / name) / "STOP"
-        out = run_inline(env, name, max_rounds=rounds)
+    with cli_errors(as_json), _runtime(models=inline) as (rt, env):
+        if inline:
+            env.stop_file = (run_dir or Path("runs") / name) / "STOP"
+            out = run_inline(env, name, max_rounds=rounds)
+        else:
+            out = _launch(rt, env, name, wait)
     if as_json:
         echo_json(out)
     else:
@@ -219,6 +221,33 @@ def evolve_run(
         typer.echo(f"evolve run {name}: {out.status} at t={out.t} ({out.rounds_run} rounds now){why}")
     if out.status == "failed":
         raise typer.Exit(1)
+
+
+def _launch(rt: Runtime, env: EvolveEnv, name: str, wait: bool) -> RunOutcome:
+    """Enqueue the run's first ``evolve_step`` on the cluster; with ``wait``, poll its status in SQL."""
+    import time
+
+    from rsi_common.dispatch import TASK_EVOLVE_STEP, TASK_QUEUES, KombuDispatcher
+    from rsi_common.errors import SettingsError
+    from rsi_worker.evolve.engine import RunOutcome
+
+    if not rt.settings.redis_url:
+        raise SettingsError("the cluster needs RSI_REDIS_URL; or pass --inline")
+    _, _, status, _, state = env.store.run(name)
+    if status == "done":
+        return RunOutcome("done", int((state or {}).get("t", 0)), 0, "already done")
+    env.store.set_run(name, status="running", stop_requested=False)
+    KombuDispatcher(str(rt.settings.redis_url)).enqueue(
+        TASK_EVOLVE_STEP, [[], name], TASK_QUEUES[TASK_EVOLVE_STEP]
+    )
+    while wait:
+        _, _, status, _, state = env.store.run(name)
+        if status != "running":
+            return RunOutcome(status, int((state or {}).get("t", 0)), 0)
+        time.sleep(0.5)
+    return RunOutcome(
+        "running", int((state or {}).get("t", 0)), 0, "launched on the cluster; see rsi evolve status"
+    )
 
 
 @evolve.command("status")

@@ -42,6 +42,7 @@ from rsi_common.math import (
     EditRecord,
     EvalResult,
     accepted_counts,
+    can_stop_exactly,
     edit_budget,
     exploration,
     exploration_directive,
@@ -57,14 +58,23 @@ from rsi_worker.consolidate.draft import DraftContext, draft_candidate
 from rsi_worker.consolidate.evaluate import StopContext, assemble
 from rsi_worker.consolidate.incumbent import FAIL_BELOW
 from rsi_worker.evolve.config import EvolveConfig
-from rsi_worker.evolve.evaluation import EvalJob, evaluate
+from rsi_worker.evolve.evaluation import EvalJob, bounds, evaluate
 from rsi_worker.evolve.judgement import apply_judgement, decision_record, judge, plain
 from rsi_worker.evolve.store import Store
 from rsi_worker.evolve.suite import Suite
 from rsi_worker.evolve.trials import TrialEnv, request_world, run_task
 from rsi_worker.roles.analyst import View, analyze
 
-__all__ = ["INFRA_STREAK", "EvolveEnv", "RunOutcome", "run_inline", "status_of"]
+__all__ = [
+    "INFRA_STREAK",
+    "EvolveEnv",
+    "Pending",
+    "RunOutcome",
+    "run_inline",
+    "run_step",
+    "run_trial_spec",
+    "status_of",
+]
 
 INFRA_STREAK = 3
 """Rounds in a row whose every candidate failed on infrastructure before the run stops."""
@@ -104,12 +114,21 @@ class EvolveEnv:
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """Where a ``run`` call left the run."""
+    """Where a ``run`` call left the run (``pending``: on the cluster, trials to fan out first)."""
 
     status: str
     t: int
     rounds_run: int
     reason: str = ""
+    pending: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Pending(Exception):
+    """Trials the cluster must run before this step can go on (their specs)."""
+
+    def __init__(self, specs: list[dict[str, Any]]) -> None:
+        super().__init__(f"{len(specs)} trials pending")
+        self.specs = specs
 
 
 class _Run:
@@ -127,6 +146,8 @@ class _Run:
         with env.sessions() as s:
             self.worlds: dict[str, TurnWorld] = load_worlds(s, world_ids, self.suite.agent)
         self.retry = RetryPolicy.from_settings(env.settings)
+        self.deferred: list[dict[str, Any]] | None = None
+        """``None`` in one process; on the cluster, the trial specs deferred by this step."""
 
     # --- evaluations ----------------------------------------------------------------------------
 
@@ -148,8 +169,33 @@ class _Run:
         *,
         seed_base: int = 0,
         stop: StopContext | None = None,
-    ) -> list[dict[str, Any]]:
+        ref: tuple[int, str] | None = None,
+    ) -> list[dict[str, Any]] | None:
+        """The evaluation's rows, or ``None`` on the cluster when trials were deferred (``self.deferred``
+        gets their specs; ``ref`` names the harness there: ``None`` = H0, ``(t, variant)`` = a draft)."""
         clients: dict[str, CountingClient] = {}
+        deferred = self.deferred
+
+        def defer(slots: list[tuple[str, int, int]]) -> None:
+            assert deferred is not None
+            split = "heldout" if candidate == HELDOUT else "evolve"
+            deferred.extend(
+                {
+                    "t": t,
+                    "candidate": candidate,
+                    "task": task,
+                    "trial": j,
+                    "attempt": a,
+                    "seed": seed_base + j,
+                    "k": k,
+                    "split": split,
+                    "seed_base": seed_base,
+                    "harness": list(ref) if ref else None,
+                    "stop": None if stop is None else [stop.S_star, stop.delta, stop.S_t],
+                }
+                for task, j, a in slots
+            )
+
         tenv = self.trial_env(clients)
         job = EvalJob(self.name, t, candidate, tuple(task_ids), self.checks, k, self.config.seed, seed_base)
         rows = evaluate(
@@ -158,6 +204,7 @@ class _Run:
             lambda task, seed: run_task(tenv, self.suite.task(task), harness, seed),
             parallel=self.config.trial_parallel,
             stop=stop,
+            defer=defer if deferred is not None else None,
         )
         for r, c in clients.items():
             self.env.count(r, c)
@@ -175,12 +222,17 @@ class _Run:
     def baseline(self) -> None:
         p, k = self.config.params, self.config.params.k
         evals = []
-        for r in range(self.config.base_evals):
-            rows = self.evaluate(-1, f"base{r}", h0(), self.evolve_ids, k, seed_base=r * k)
+        all_rows = [
+            self.evaluate(-1, f"base{r}", h0(), self.evolve_ids, k, seed_base=r * k)
+            for r in range(self.config.base_evals)
+        ]
+        held = self._heldout(-1, h0(), None)
+        self.raise_pending()
+        for r, rows in enumerate(all_rows):
+            assert rows is not None
             evals.append(self.assembled(rows, self.evolve_ids, k, f"base{r}"))
         cal = calibrate(evals, z=p.delta_z)
         delta = float(p.delta) if p.delta is not None else cal.delta
-        held = self._heldout(-1, h0())
         inc = evals[0]
         baseline_rows = [
             {
@@ -231,12 +283,17 @@ class _Run:
             },
         )
 
-    def _heldout(self, t: int, harness: Harness) -> float | None:
+    def _heldout(self, t: int, harness: Harness, ref: tuple[int, str] | None) -> float | None:
         if not self.heldout_ids:
             return None
         k = self.config.params.k
-        rows = self.evaluate(t, HELDOUT, harness, self.heldout_ids, k)
-        return self.assembled(rows, self.heldout_ids, k, HELDOUT).S
+        rows = self.evaluate(t, HELDOUT, harness, self.heldout_ids, k, ref=ref)
+        return None if rows is None else self.assembled(rows, self.heldout_ids, k, HELDOUT).S
+
+    def raise_pending(self) -> None:
+        """On the cluster: raise :class:`Pending` when some evaluation deferred trials."""
+        if self.deferred:
+            raise Pending(list(self.deferred))
 
     def _save_state(self, state: dict[str, Any], t: int, fields: Mapping[str, Any]) -> None:
         tally = state.setdefault("usage", {})
@@ -384,7 +441,9 @@ class _Run:
                     self.store.set_round(self.name, t, drafts=dict(sorted(drafts.items())))
             if d.get("gate") is not None:
                 return Candidate(v, edits, None, gate_failure=d["gate"], detail=str(d.get("detail") or ""))
-            rows = self.evaluate(t, v, materialize(d["payload"]), self.evolve_ids, p.k, stop=stop)
+            rows = self.evaluate(t, v, materialize(d["payload"]), self.evolve_ids, p.k, stop=stop, ref=(t, v))
+            if rows is None:
+                return Candidate(v, edits, None, gate_failure="pending")
             judged_at = StopContext(S_star, delta, S_t, p.invalid_missing_frac, mode.hopeless_rule)
             asm = assemble(list(self.evolve_ids), self.checks, rows, p.k, f"r{t}{v}", judged_at)
             if asm.ev is None:
@@ -393,6 +452,7 @@ class _Run:
             return Candidate(v, edits, dataclasses.replace(asm.ev, extra=extra), payload=d["payload"])
 
         cands = _each(candidate, sorted(drafts), self.config.eval_parallel)
+        self.raise_pending()
         counts = accepted_counts(records, before_t=t)
         winner, decisions = judge(self.config, p, cands, inc_ev, S_star, delta, counts, setup["enabled"])
         record = decision_record(
@@ -405,7 +465,8 @@ class _Run:
         state["infra_streak"] = int(before.get("infra_streak", 0)) + 1 if infra else 0
         if winner is not None:
             assert winner.payload is not None
-            held = self._heldout(t, materialize(winner.payload))
+            held = self._heldout(t, materialize(winner.payload), (t, winner.variant))
+            self.raise_pending()
             if held is not None:
                 state["heldout"] = [
                     *state.get("heldout", []),
@@ -464,7 +525,7 @@ def _stop_asked(env: EvolveEnv, store: Store, name: str) -> bool:
 
 def run_inline(env: EvolveEnv, name: str, *, max_rounds: int | None = None) -> RunOutcome:
     """Run (or resume) the evolve run ``name`` in this process until it ends, is stopped, or ran
-    ``max_rounds`` more rounds (module docstring)."""
+    ``max_rounds`` more rounds (module docstring). A stop asked before this call is cleared."""
     run = _Run(env, name)
     if run.status == "done":
         return RunOutcome("done", int((run.state or {}).get("t", 0)), 0, "already done")
@@ -498,6 +559,83 @@ def run_inline(env: EvolveEnv, name: str, *, max_rounds: int | None = None) -> R
             )
     env.store.set_run(name, status="done")
     return RunOutcome("done", int(run.state["t"]), done)
+
+
+def run_step(env: EvolveEnv, name: str) -> RunOutcome:
+    """One step of the run on the cluster (docs/algorithm/evolve.md#on-the-cluster): the baseline or one
+    round, as far as the stored trials allow. Returns ``pending`` with the trial specs to fan out (the
+    step runs again once they are stored), ``running`` after a finished baseline or round (the next
+    step follows), or the run's final status. The stop request is not cleared here (the launch does)."""
+    run = _Run(env, name)
+    run.deferred = []
+    t = int((run.state or {}).get("t", 0))
+    if run.status in ("done", "failed", "stopped"):
+        return RunOutcome(run.status, t, 0, "not running")
+    missing_worlds = [
+        x.id for x in run.suite.tasks if x.world_id is not None and x.world_id not in run.worlds
+    ]
+    if missing_worlds:
+        env.store.set_run(name, status="failed")
+        return RunOutcome("failed", t, 0, f"task(s) {', '.join(missing_worlds[:5])}: world no longer stored")
+    try:
+        if run.state is None:
+            run.baseline()
+            return RunOutcome("running", 0, 0, "baseline")
+        if t >= run.config.params.T:
+            env.store.set_run(name, status="done")
+            return RunOutcome("done", t, 0)
+        if _stop_asked(env, env.store, name):
+            env.store.set_run(name, status="stopped")
+            return RunOutcome("stopped", t, 0, "stop requested")
+        run.run_round()
+    except Pending as pending:
+        return RunOutcome("pending", t, 0, pending=pending.specs)
+    assert run.state is not None
+    if int(run.state.get("infra_streak", 0)) >= INFRA_STREAK:
+        env.store.set_run(name, status="failed")
+        return RunOutcome(
+            "failed", int(run.state["t"]), 1, f"{INFRA_STREAK} rounds in a row failed on infrastructure"
+        )
+    return RunOutcome("running", int(run.state["t"]), 1)
+
+
+def run_trial_spec(env: EvolveEnv, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """One deferred trial on the cluster: skipped when its candidate's early stop already holds over
+    the stored rows (cooperative early stop), else run and stored under its key (a second delivery
+    finds the row and stores nothing)."""
+    run = _Run(env, name)
+    t, cand, task, trial, attempt = (
+        int(spec["t"]),
+        str(spec["candidate"]),
+        str(spec["task"]),
+        int(spec["trial"]),
+        int(spec["attempt"]),
+    )
+    brief = {"candidate": cand, "task": task, "trial": trial, "attempt": attempt}
+    stored = [
+        r
+        for r in env.store.trials(name, t, cand)
+        if r["world_id"] == task and r["trial"] == trial and r["attempt"] == attempt
+    ]
+    if stored:
+        return {**brief, "status": stored[0]["status"], "stored": True}
+    if spec.get("stop") and attempt == 0:
+        S_star, delta, S_t = (float(x) for x in spec["stop"])
+        ids = run.heldout_ids if spec.get("split") == "heldout" else run.evolve_ids
+        job = EvalJob(name, t, cand, tuple(ids), run.checks, int(spec["k"]), run.config.seed)
+        A, B, R = bounds(job, env.store.trials(name, t, cand))
+        if can_stop_exactly(A, B, R, S_star, delta, S_t):
+            return {**brief, "status": "skipped"}
+    ref = spec.get("harness")
+    if ref is None:
+        harness = h0()
+    else:
+        rnd = env.store.round(name, int(ref[0])) or {}
+        harness = materialize(((rnd.get("drafts") or {})[str(ref[1])])["payload"])
+    clients: dict[str, CountingClient] = {}
+    values = run_task(run.trial_env(clients), run.suite.task(task), harness, int(spec["seed"]))
+    row, _ = env.store.save_trial(name, t, cand, task, trial, attempt, values)
+    return {**brief, "status": row["status"]}
 
 
 def status_of(store: Store, name: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from rsi_common.math import can_stop_exactly
 from rsi_worker.consolidate.evaluate import StopContext, bound_total
 from rsi_worker.evolve.store import Store
 
-__all__ = ["EvalJob", "SlotRunner", "evaluate", "latest_rows", "slot_order"]
+__all__ = ["EvalJob", "SlotRunner", "bounds", "evaluate", "latest_rows", "slot_order"]
 
 SlotRunner = Callable[[str, int], dict[str, Any]]
 """``(task_id, seed) → trial values``: one trial of the candidate being evaluated."""
@@ -65,7 +65,8 @@ def latest_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [dict(r) for r in best.values()]
 
 
-def _bounds(job: EvalJob, rows: Sequence[Mapping[str, Any]]) -> tuple[int, int, int]:
+def bounds(job: EvalJob, rows: Sequence[Mapping[str, Any]]) -> tuple[int, int, int]:
+    """The early-stop state ``(A, B, R)`` of the job's stored rows (latest attempt per slot)."""
     ok = [r for r in latest_rows(rows) if r["status"] == "ok"]
     A = sum(int((r.get("result") or {}).get("passed", 0)) for r in ok)
     B = sum(int(r.get("weight") or 0) for r in ok)
@@ -80,8 +81,14 @@ def evaluate(
     parallel: int = 1,
     stop: StopContext | None = None,
     rerun_missing: bool = True,
-) -> list[dict[str, Any]]:
-    """Run the job's missing slots (module docstring); returns the latest row of every slot."""
+    defer: Callable[[list[tuple[str, int, int]]], None] | None = None,
+) -> list[dict[str, Any]] | None:
+    """Run the job's missing slots (module docstring); returns the latest row of every slot.
+
+    ``defer`` (the cluster): instead of running the slots still to run, hand them as
+    ``(task, trial, attempt)`` to ``defer`` and return ``None``; the caller calls again once they
+    are stored (the early stop and the re-run are decided here, from the stored rows, either way).
+    """
     order = slot_order(job.task_ids, job.k, job.order_seed)
     rows = store.trials(job.evolve, job.t, job.candidate)
     done = {(str(r["world_id"]), int(r["trial"]), int(r.get("attempt", 0))) for r in rows}
@@ -92,7 +99,7 @@ def evaluate(
         if stop is None:
             return False
         with lock:
-            A, B, R = _bounds(job, rows)
+            A, B, R = bounds(job, rows)
         return can_stop_exactly(A, B, R, stop.S_star, stop.delta, stop.S_t)
 
     def one(slot: tuple[str, int], attempt: int) -> None:
@@ -114,7 +121,11 @@ def evaluate(
 
     if any(r["status"] == "cancelled" for r in rows):
         return latest_rows(rows)
-    run_all([s for s in order if (s[0], s[1], 0) not in done], 0)
+    first = [s for s in order if (s[0], s[1], 0) not in done]
+    if defer is not None and first and not stopped():
+        defer([(task, j, 0) for task, j in first])
+        return None
+    run_all(first, 0)
     if stopped():
         seen = {(str(r["world_id"]), int(r["trial"])) for r in rows}
         for task, j in order:
@@ -137,5 +148,9 @@ def evaluate(
             if r["status"] == "missing" and int(r.get("attempt", 0)) == 0
         ]
         again.sort(key=order.index)
+        again = [s for s in again if (s[0], s[1], 1) not in done]
+        if defer is not None and again:
+            defer([(task, j, 1) for task, j in again])
+            return None
         run_all(again, 1)
     return latest_rows(rows)

@@ -143,7 +143,7 @@ def readjudicate_round(
     state["infra_streak"] = rnd["before"].get("infra_streak", 0)
     if winner is not None and winner.payload is not None:
         run = _Run(env, name)
-        held = run._heldout(t, materialize(winner.payload))
+        held = run._heldout(t, materialize(winner.payload), (t, winner.variant))
         if held is not None:
             state["heldout"] = [
                 *state.get("heldout", []),
@@ -187,6 +187,7 @@ def reevaluate_round(
             if c["variant"] in stopped:
                 draft = rnd["drafts"][c["variant"]]
                 rows = run.evaluate(t, c["variant"], materialize(draft["payload"]), run.evolve_ids, p.k)
+                assert rows is not None
                 asm = assemble(list(run.evolve_ids), run.checks, rows, p.k, f"r{t}{c['variant']}", stop)
                 if asm.ev is None:
                     c = {**c, "ev": None, "early_stop": None, "gate_failure": asm.gate, "detail": asm.detail}
