@@ -53,6 +53,77 @@ def _bound_calls(
     return float(max(chain, total / slots))
 
 
+def decisions_of(store: Store, name: str = "bench") -> list[Any]:
+    """Per judged round: ``(t, winner, δ, S★, [(variant, reason code, S)])``."""
+    out = []
+    for r in store.rounds(name):
+        d = r["decision"] or {}
+        if r["t"] >= 0 and d:
+            out.append(
+                [
+                    r["t"],
+                    d["winner"],
+                    d["delta"],
+                    d["S_star"],
+                    [
+                        [c["variant"], c["decision"]["reason_code"], (c["ev"] or {}).get("S")]
+                        for c in d["candidates"]
+                    ],
+                ]
+            )
+    return out
+
+
+def _on_cluster(suite: Any, config: EvolveConfig, latency_ms: float, inline: list[Any]) -> dict[str, Any]:
+    """The same run on 2 worker processes × (eval_parallel · trial_parallel / 2) threads; walls from SQL
+    polled every 50 ms (baseline, then each round's end)."""
+    from rsi_common.dispatch import TASK_EVOLVE_STEP, TASK_QUEUES, KombuDispatcher
+    from rsi_worker.local.embedded import EmbeddedCluster
+
+    threads = max(1, config.eval_parallel * config.trial_parallel // 2)
+    with tempfile.TemporaryDirectory(prefix="rsi-bench-evolve-cluster-") as tmp:
+        home = Path(tmp)
+        base = Settings(home=home, database_url=f"sqlite:///{home / 'rsi.db'}")
+        settings = base.model_copy(
+            update={"sim": base.sim.model_copy(update={"latency_ms": latency_ms}), "model_backoff_s": 0.0}
+        )
+        with EmbeddedCluster(settings, workers=2, concurrency=threads, mode="embedded-redis") as cl:
+            cl.wait_ready(120.0)
+            engine = make_engine(cl.settings.database_url)
+            upgrade(engine)
+            store = Store(session_factory(engine))
+            store.save_suite(suite)
+            store.create("bench", suite.name, config)
+            store.set_run("bench", status="running")
+            t0 = time.perf_counter()
+            KombuDispatcher(str(cl.settings.redis_url)).enqueue(
+                TASK_EVOLVE_STEP, [[], "bench"], TASK_QUEUES[TASK_EVOLVE_STEP]
+            )
+            marks: dict[int, float] = {}  # n → when state.t reached n (0: the baseline ended)
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                _, _, status, _, state = store.run("bench")
+                now = time.perf_counter() - t0
+                for n in range(int(state["t"]) + 1 if state else 0):
+                    marks.setdefault(n, now)
+                if status != "running":
+                    break
+                time.sleep(0.05)
+            wall = time.perf_counter() - t0
+            decided = decisions_of(store)
+            engine.dispose()
+    rounds = [round(marks[n + 1] - marks[n], 3) for n in range(len(marks) - 1)]
+    return {
+        "workers": 2,
+        "threads_per_worker": threads,
+        "status": status,
+        "baseline_wall_s": round(marks[0], 3) if 0 in marks else None,
+        "round_walls_s": rounds,
+        "wall_s": round(wall, 3),
+        "same_decisions": decided == inline,
+    }
+
+
 def bench_evolve(
     *,
     tasks: int = 8,
@@ -63,8 +134,10 @@ def bench_evolve(
     trial_parallel: int = 4,
     eval_parallel: int = 2,
     seed: int = 7,
+    distributed: bool = False,
 ) -> dict[str, Any]:
-    """Run the generated suite inline and report (module docstring)."""
+    """Run the generated suite inline (and, with ``distributed``, on a private 2-worker cluster with the
+    same total threads) and report (module docstring)."""
     import rsi_worker.roles  # noqa: F401 - registers the sim's role behaviours
 
     with tempfile.TemporaryDirectory(prefix="rsi-bench-evolve-") as tmp:
@@ -127,7 +200,16 @@ def bench_evolve(
             if out.status in ("done", "failed"):
                 break
         state = store.run("bench")[4] or {}
+        inline_decisions = decisions_of(store)
+        inline_wall = baseline_s + sum(r["wall_s"] for r in per_round)
         engine.dispose()
+    cluster = None
+    if distributed:
+        cluster = _on_cluster(suite, config, latency_ms, inline_decisions)
+        cluster["inline_wall_s"] = round(inline_wall, 3)
+        cluster["distributed_over_inline"] = (
+            round(cluster["wall_s"] / inline_wall, 3) if inline_wall else None
+        )
     delta = float(state.get("delta") or 0.0)
     held_series = [h["S"] for h in state.get("heldout", [])]
     regressions = 0
@@ -155,5 +237,6 @@ def bench_evolve(
         "baseline_wall_s": round(baseline_s, 3),
         "per_round": per_round,
         "max_wall_over_bound": max((r["wall_over_bound"] or 0 for r in per_round), default=None),
-        "distributed": None,
+        "same_decisions": None if cluster is None else cluster["same_decisions"],
+        "distributed": cluster,
     }

@@ -224,13 +224,15 @@ def bench_evolve_cmd(
     latency_ms: float = typer.Option(20.0, "--latency-ms", min=0, help="Sim latency per model call."),
     trial_parallel: int = typer.Option(4, "--trial-parallel", min=1, help="Trials in flight."),
     eval_parallel: int = typer.Option(2, "--eval-parallel", min=1, help="Candidates at once."),
+    distributed: bool = typer.Option(False, "--distributed", help="Also on a 2-worker cluster."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """An offline evolve run on a generated sim suite: per-round S, held-out S, δ, calls, wall vs bound."""
     from rsi_worker.bench.evolve import bench_evolve
 
     report = bench_evolve(tasks=tasks, heldout=heldout, rounds=rounds, k=k, latency_ms=latency_ms,
-                          trial_parallel=trial_parallel, eval_parallel=eval_parallel)
+                          trial_parallel=trial_parallel, eval_parallel=eval_parallel,
+                          distributed=distributed)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
