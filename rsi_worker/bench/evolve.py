@@ -4,8 +4,8 @@ measured round by round (a measurement, not a test).
 Per round: S on the evolve split (the incumbent's Ŝ after the round), held-out S, δ, adoption, model calls
 by role, wall time and its capacity-aware bound ``latency × max(chain, calls / slots)``: ``chain`` is the
 longest chain of dependent model calls (the analyst, one draft's proposer and critic calls, then one
-trial — a policy call and one judge call per check — for smoke, for the evaluation and, after an
-adoption, for the held-out split), ``slots`` = ``eval_parallel × trial_parallel`` (candidates are drafted
+trial — the policy call, then its checks judged in parallel — for smoke, the evaluation and, after an
+adoption, the held-out split), ``slots`` = ``eval_parallel × trial_parallel`` (candidates are drafted
 and evaluated ``eval_parallel`` at a time, each with ``trial_parallel`` trials in flight).
 ``heldout_gain`` = last held-out S − H0's;
 ``heldout_regressions`` = adopted rounds that lowered held-out S by more than δ.
@@ -158,7 +158,7 @@ def bench_evolve(
         )
         store.create("bench", suite.name, config)
         env = EvolveEnv(sessions, default_models(settings), settings)
-        trial_chain = 1 + max(len(t.checks) for t in suite.tasks)
+        trial_chain = 2  # the policy call, then the answer's checks judged in parallel
         t0 = time.perf_counter()
         run_inline(env, "bench", max_rounds=0)
         baseline_s = time.perf_counter() - t0

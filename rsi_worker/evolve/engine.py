@@ -476,7 +476,10 @@ class _Run:
         return "adopted" if winner is not None else ("infra" if infra else "kept")
 
     def smoke(self, t: int, variant: str, harness: Harness) -> dict[str, Any]:
-        """``smoke_n`` evolve tasks (the first of the trial order) at k = 1: no crash, no missing trial."""
+        """``smoke_n`` evolve tasks (the first of the trial order) at k = 1: no crash, no missing trial.
+
+        **Decision**: the smoke trials are the candidate's own trial-0 slots of those tasks (same seed),
+        stored as its trial rows, so a candidate that passes smoke reuses them in its evaluation."""
         tasks: list[str] = []
         for task in [s[0] for s in _order(self.evolve_ids, self.config.seed)]:
             if task not in tasks:
@@ -488,8 +491,15 @@ class _Run:
         tenv = self.trial_env(clients)
 
         def one(task: str) -> bool:
+            stored = [
+                r
+                for r in self.store.trials(self.name, t, variant)
+                if r["world_id"] == task and r["trial"] == 0 and r["attempt"] == 0
+            ]
+            if stored:
+                return bool(stored[0]["status"] == "ok")
             values = run_task(tenv, self.suite.task(task), harness, 0)
-            row, _ = self.store.save_trial(self.name, t, f"{variant}~smoke", task, 0, 0, values)
+            row, _ = self.store.save_trial(self.name, t, variant, task, 0, 0, values)
             return bool(row["status"] == "ok")
 
         missing = [

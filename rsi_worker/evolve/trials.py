@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from rsi_worker.roles.judge import CriteriaJudge, request_text
 
 __all__ = ["TrialEnv", "check_passes", "request_world", "run_task", "score_checks"]
 
+MAX_JUDGE_THREADS = 8
 RoleFactory = Callable[[str], ModelClient]
 """``role → client`` for the run's provider and model (``policy`` for the turns, ``judge`` for checks)."""
 
@@ -65,17 +67,22 @@ def check_passes(check: Mapping[str, Any], answer: str) -> tuple[bool, str]:
 def score_checks(
     checks: Sequence[Mapping[str, Any]], request: str, answer: str, judge: CriteriaJudge | None
 ) -> tuple[float, int, list[dict[str, Any]]]:
-    """``(r = passed / len(checks), w = len(checks), verdicts)``; ``judge`` grades ``answer_criteria``."""
-    verdicts: list[dict[str, Any]] = []
-    for check in checks:
+    """``(r = passed / len(checks), w = len(checks), verdicts)``; ``judge`` grades ``answer_criteria``
+    (the checks of one answer are judged in parallel, at most :data:`MAX_JUDGE_THREADS` at once)."""
+
+    def one(check: Mapping[str, Any]) -> dict[str, Any]:
         if check.get("kind", "answer_criteria") == "answer_criteria":
             assert judge is not None
             ok, reason = judge.verdict(request, answer, str(check["criterion"]), check.get("reference"))
         else:
             ok, reason = check_passes(check, answer)
-        verdicts.append(
-            {"name": check["name"], "criterion": check["criterion"], "pass": ok, "reason": reason}
-        )
+        return {"name": check["name"], "criterion": check["criterion"], "pass": ok, "reason": reason}
+
+    if len(checks) > 1 and judge is not None:  # the checks of one answer are independent calls
+        with ThreadPoolExecutor(max_workers=min(len(checks), MAX_JUDGE_THREADS)) as pool:
+            verdicts = list(pool.map(one, checks))
+    else:
+        verdicts = [one(c) for c in checks]
     passed = sum(1 for v in verdicts if v["pass"])
     return (passed / len(checks) if checks else 0.0), len(checks), verdicts
 
