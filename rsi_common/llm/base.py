@@ -38,9 +38,10 @@ __all__ = [
     "tool_uses",
 ]
 
-ROLE_NAMES: tuple[str, ...] = ("policy", "compact", *ROLES)
-"""Roles a client can be built for: the agent's policy, context compaction and the five docs/formats.md §6
-roles."""
+ROLE_NAMES: tuple[str, ...] = ("policy", "compact", *ROLES, "digester", "reporter")
+"""Roles a client can be built for: the agent's policy, context compaction, the five docs/formats.md §6
+roles, and offline evolve's digester and reporter (docs/algorithm/evolve.md#analysis; no settings
+override: they use the run's model)."""
 
 COMPACTION_MARKER = "Summarise the conversation so far for context compaction"
 """A request whose system prompt starts with this text is a compaction call (the sim answers it

@@ -3,7 +3,7 @@ measured round by round (a measurement, not a test).
 
 Per round: S on the evolve split (the incumbent's Ŝ after the round), held-out S, δ, adoption, model calls
 by role, wall time and its capacity-aware bound ``latency × max(chain, calls / slots)``: ``chain`` is the
-longest chain of dependent model calls (the analyst, one draft's proposer and critic calls, then one
+longest chain of dependent model calls (a digester's two calls and the reporter, one draft's proposer and critic calls, then one
 trial — the policy call, then its checks judged in parallel — for smoke, the evaluation and, after an
 adoption, the held-out split), ``slots`` = ``eval_parallel × trial_parallel`` (candidates are drafted
 and evaluated ``eval_parallel`` at a time, each with ``trial_parallel`` trials in flight).
@@ -44,8 +44,9 @@ def _bound_calls(
     smoked = any("smoke" in d for d in drafts.values())
     evaluated = _calls(usage, TRIAL_ROLES) > 0
     adopted = (rnd.get("decision") or {}).get("winner") is not None
+    analysis = (2 if _calls(usage, ("digester",)) else 0) + _calls(usage, ("reporter",))
     chain = (
-        _calls(usage, ("analyst",))
+        analysis
         + -(-_calls(usage, ("proposer", "critic")) // m)
         + trial_chain * (int(smoked) + int(evaluated) + int(adopted))
     )

@@ -63,7 +63,8 @@ from rsi_worker.evolve.judgement import apply_judgement, decision_record, judge,
 from rsi_worker.evolve.store import Store
 from rsi_worker.evolve.suite import Suite
 from rsi_worker.evolve.trials import TrialEnv, request_world, run_task
-from rsi_worker.roles.analyst import View, analyze
+from rsi_worker.roles.analyst import View
+from rsi_worker.roles.digester import digest, report
 
 __all__ = [
     "INFRA_STREAK",
@@ -360,6 +361,21 @@ class _Run:
             )
         return out
 
+    def analyze(self, views: Sequence[View]) -> dict[str, Any]:
+        """Digesters per view (``digest_parallel`` at a time), then the three-lens report."""
+
+        def one(view: View) -> dict[str, Any]:
+            client = self.env.client(self.config, "digester")
+            out = digest(client, view, "fail" if view.mean < FAIL_BELOW else "success")
+            self.env.count("digester", client)
+            return out
+
+        digests = _each(one, views, self.config.digest_parallel)
+        reporter = self.env.client(self.config, "reporter")
+        out = report(reporter, digests)
+        self.env.count("reporter", reporter)
+        return {**out, "digests": digests}
+
     def world_of(self, task_id: str) -> TurnWorld:
         task = self.suite.task(task_id)
         if task.world_id is not None and task.world_id in self.worlds:
@@ -380,13 +396,7 @@ class _Run:
         views = self.views(before, inc_ev)
         analysis = stored.get("analysis")
         if analysis is None:
-            analyst = self.env.client(self.config, "analyst")
-            report = analyze(analyst, views, {})
-            self.env.count("analyst", analyst)
-            analysis = {
-                **report,
-                "capability_gaps": [m for m in report["failure_modes"] if m.get("lens") == "capability_gap"],
-            }
+            analysis = self.analyze(views)
             self.store.set_round(self.name, t, analysis=plain(analysis), directives=plain(setup))
         drafts: dict[str, Any] = dict(stored.get("drafts") or {})
         p, mode = self.config.params, self.config.mode_config

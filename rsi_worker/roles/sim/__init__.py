@@ -15,11 +15,14 @@ from collections.abc import Mapping
 from rsi_common.llm.sim import SimHandler, register_sim_role
 from rsi_worker.roles.sim.analyst import analyst
 from rsi_worker.roles.sim.critic import critic
+from rsi_worker.roles.sim.digester import digester, reporter
 from rsi_worker.roles.sim.proposer import proposer
 
 __all__ = ["SIM_BEHAVIOURS", "register_sim_behaviours"]
 
-SIM_BEHAVIOURS: Mapping[str, SimHandler] = {"analyst": analyst, "proposer": proposer, "critic": critic}
+SIM_BEHAVIOURS: Mapping[str, SimHandler] = {
+    "analyst": analyst, "proposer": proposer, "critic": critic, "digester": digester, "reporter": reporter,
+}
 """Role → sim behaviour, for the roles laid out in :mod:`rsi_worker.roles`."""
 
 

@@ -13,7 +13,7 @@ from rsi_worker.evolve.engine import run_inline, status_of
 from rsi_worker.evolve.ops import export_run, request_stop
 from tests.unit.evolve.conftest import EvolveStack
 
-LEARNING_ROLES = ("analyst", "proposer", "critic")
+LEARNING_ROLES = ("digester", "reporter", "proposer", "critic")
 
 
 def decisions(stack: EvolveStack, name: str) -> list[tuple[int, str | None, list[tuple[str, str]]]]:

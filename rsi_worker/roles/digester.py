@@ -1,0 +1,189 @@
+"""Digesters and the three-lens report of offline evolve (docs/algorithm/evolve.md#analysis).
+
+A **digester** reads one rendered trace (a view, :func:`rsi_worker.roles.analyst.render` with detail)
+through read-only tools over a virtual directory — ``trace.md`` and ``checks.json`` — and ends with
+``return``: ``{lens, blocker, narrative, evidence, verifier_evidence, needed_instead}`` (≤ 6,000
+characters as JSON). Tools: ``read_file {path}``, ``glob {pattern}``, ``grep {pattern, path?}``,
+``return {digest}``. At most :data:`MAX_STEPS` calls; a failure gives a digest whose ``blocker``
+says why (never raises).
+
+The **reporter** turns the digests into ``{failure_modes, capability_gaps, success_habits}`` with one
+JSON call; its failure modes and habits have the analyst report's shape (``mode``/``habit``,
+``description``, ``worlds``, ``lens``, ``evidence``), so the proposer reads them unchanged.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rsi_common.llm import ModelClient, ModelRequest, complete_json
+from rsi_worker.roles.analyst import LENSES, View, render
+
+__all__ = [
+    "DIGESTER_SYSTEM",
+    "DIGEST_CHARS",
+    "DIGEST_KEYS",
+    "MAX_STEPS",
+    "REPORTER_SYSTEM",
+    "TOOLS",
+    "TRACE_FILE",
+    "digest",
+    "report",
+]
+
+DIGEST_KEYS = ("lens", "blocker", "narrative", "evidence", "verifier_evidence", "needed_instead")
+DIGEST_CHARS = 6_000
+MAX_STEPS = 6
+TRACE_FILE = "trace.md"
+CHECKS_FILE = "checks.json"
+DIGESTER_SYSTEM = (
+    "You digest one trace of an agent on one task: the rendered trace is the file trace.md, the task's "
+    "checks are checks.json. Use read_file, glob and grep to read them (read-only), then call return "
+    'exactly once with {"lens": one of ' + ", ".join(LENSES) + ', "blocker", "narrative", "evidence", '
+    '"verifier_evidence", "needed_instead"}: what blocked the agent (empty when it passed), in general '
+    "terms, never quoting the user."
+)
+REPORTER_SYSTEM = (
+    "You merge trace digests into one report with three lenses. Reply with one JSON object: "
+    '{"failure_modes": [{"mode", "description", "worlds": [ids], "lens", "evidence"}], '
+    '"capability_gaps": [{"mode", "description", "worlds": [ids]}], '
+    '"success_habits": [{"habit", "description", "worlds": [ids]}]}. Rank by the number of worlds.'
+)
+DIGESTS_HEADER = "DIGESTS"
+TOOLS: list[dict[str, Any]] = [
+    {
+        "name": "read_file",
+        "description": "Read a file of the trace directory.",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    },
+    {
+        "name": "glob",
+        "description": "List the files matching a pattern.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"pattern": {"type": "string"}},
+            "required": ["pattern"],
+        },
+    },
+    {
+        "name": "grep",
+        "description": "Lines matching a regular expression (in one file or all).",
+        "input_schema": {
+            "type": "object",
+            "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}},
+            "required": ["pattern"],
+        },
+    },
+    {
+        "name": "return",
+        "description": "Return the digest and stop.",
+        "input_schema": {
+            "type": "object",
+            "properties": {k: {"type": "string"} for k in DIGEST_KEYS},
+            "required": list(DIGEST_KEYS),
+        },
+    },
+]
+
+
+def _files(view: View) -> dict[str, str]:
+    return {
+        TRACE_FILE: render(view, detail=True),
+        CHECKS_FILE: json.dumps([dict(c) for c in view.checks], ensure_ascii=False, indent=1),
+    }
+
+
+def _tool(files: Mapping[str, str], name: str, args: Mapping[str, Any]) -> str:
+    if name == "read_file":
+        path = str(args.get("path") or "")
+        return files.get(path, f"error: no file {path[:80]!r}; files: {', '.join(files)}")
+    if name == "glob":
+        return "\n".join(p for p in files if fnmatch.fnmatch(p, str(args.get("pattern") or "*"))) or "(none)"
+    if name == "grep":
+        try:
+            rx = re.compile(str(args.get("pattern") or ""))
+        except re.error as exc:
+            return f"error: bad pattern ({exc})"
+        paths = [str(args["path"])] if args.get("path") else list(files)
+        hits = [
+            f"{p}:{i}: {line}"
+            for p in paths
+            for i, line in enumerate(files.get(p, "").splitlines(), 1)
+            if rx.search(line)
+        ]
+        return "\n".join(hits[:200]) or "(no match)"
+    return f"error: unknown tool {name[:40]!r}"
+
+
+def _clip(d: Mapping[str, Any]) -> dict[str, str]:
+    out = {k: str(d.get(k) or "") for k in DIGEST_KEYS}
+    if out["lens"] not in LENSES:
+        out["lens"] = "control" if not out["lens"] else out["lens"][:40]
+    while len(json.dumps(out, ensure_ascii=False)) > DIGEST_CHARS:
+        longest = max(DIGEST_KEYS, key=lambda k: len(out[k]))
+        out[longest] = out[longest][: len(out[longest]) // 2]
+    return out
+
+
+def digest(client: ModelClient, view: View, outcome: str) -> dict[str, Any]:
+    """One trace's digest (module docstring) with ``world`` and ``outcome`` (``fail``/``success``)."""
+    files = _files(view)
+    user = (
+        f"TRACE {view.world.id} ({outcome}, score {view.mean:.2f}). Files: {', '.join(files)}. "
+        "Read them, then call return."
+    )
+    messages: list[dict[str, Any]] = [{"role": "user", "content": user}]
+    try:
+        for _ in range(MAX_STEPS):
+            resp = client.complete(
+                ModelRequest(
+                    model="", system=DIGESTER_SYSTEM, messages=messages, tools=TOOLS, max_tokens=2048
+                )
+            )
+            uses = [b for b in resp.content if b.get("type") == "tool_use"]
+            if not uses:
+                break
+            messages.append({"role": "assistant", "content": resp.content})
+            results = []
+            for u in uses:
+                if u.get("name") == "return":
+                    return {"world": view.world.id, "outcome": outcome, **_clip(u.get("input") or {})}
+                results.append(
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": u.get("id"),
+                        "content": _tool(files, str(u.get("name")), u.get("input") or {})[:20_000],
+                    }
+                )
+            messages.append({"role": "user", "content": results})
+        reason = "digest unavailable: no return within the step limit"
+    except Exception as exc:  # a failed digest is a digest that says so
+        reason = f"digest unavailable: {type(exc).__name__}"
+    return {"world": view.world.id, "outcome": outcome, **_clip({"lens": "control", "blocker": reason})}
+
+
+def report(client: ModelClient, digests: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The three-lens report of ``digests``; a failure gives an empty report with ``notes`` saying why."""
+    user = DIGESTS_HEADER + "\n" + "\n".join(json.dumps(dict(d), ensure_ascii=False) for d in digests)
+    try:
+        out = complete_json(client, system=REPORTER_SYSTEM, user=user, max_tokens=4096)
+    except Exception as exc:
+        return {
+            "failure_modes": [],
+            "capability_gaps": [],
+            "success_habits": [],
+            "notes": f"report unavailable: {type(exc).__name__}",
+        }
+    modes = [m for m in out.get("failure_modes") or [] if isinstance(m, Mapping) and m.get("mode")]
+    gaps = [m for m in out.get("capability_gaps") or [] if isinstance(m, Mapping) and m.get("mode")]
+    habits = [h for h in out.get("success_habits") or [] if isinstance(h, Mapping) and h.get("habit")]
+    return {
+        "failure_modes": modes,
+        "capability_gaps": gaps,
+        "success_habits": habits,
+        "notes": f"{len(digests)} digest(s)",
+    }
