@@ -3,10 +3,11 @@ measured round by round (a measurement, not a test).
 
 Per round: S on the evolve split (the incumbent's Ŝ after the round), held-out S, δ, adoption, model calls
 by role, wall time and its capacity-aware bound ``latency × max(chain, calls / slots)``: ``chain`` is the
-longest chain of dependent model calls (a digester's two calls and the reporter, one draft's proposer and critic calls, then one
-trial — the policy call, then its checks judged in parallel — for smoke, the evaluation and, after an
-adoption, the held-out split), ``slots`` = ``eval_parallel × trial_parallel`` (candidates are drafted
-and evaluated ``eval_parallel`` at a time, each with ``trial_parallel`` trials in flight).
+longest chain of dependent model calls (a digester's two calls and the reporter, one draft's proposer
+and critic calls, then one trial — the policy call, then its checks judged in parallel — for smoke, the
+evaluation and, after an adoption, the held-out split), ``slots`` = ``eval_parallel × trial_parallel``
+(candidates are drafted and evaluated ``eval_parallel`` at a time, each with ``trial_parallel`` trials in
+flight).
 ``heldout_gain`` = last held-out S − H0's;
 ``heldout_regressions`` = adopted rounds that lowered held-out S by more than δ.
 """
