@@ -56,9 +56,10 @@ _KEYS = {"schema", "name", "agent", "system", "tasks", "heldout"}
 _TASK_KEYS = {"id", "world_id", "request", "checks"}
 _CHECK_KEYS = {
     "answer_criteria": {"kind", "name", "criterion", "reference"},
-    "contains": {"kind", "name", "text"},
-    "regex": {"kind", "name", "pattern"},
+    "contains": {"kind", "name", "text", "criterion"},
+    "regex": {"kind", "name", "pattern", "criterion"},
 }
+"""A deterministic check's ``criterion`` is derived (views and reports show it); a given one is replaced."""
 
 
 @dataclass(frozen=True)

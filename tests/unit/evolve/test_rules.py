@@ -126,3 +126,55 @@ def test_promote_is_a_fenced_adoption_with_lineage(stack: EvolveStack) -> None:
     assert held is not None
     with pytest.raises(InvalidInput, match="busy"):
         promote(stack.env, coord, name, "agent-2")
+
+
+def test_early_stop_then_reevaluate_measures_in_full(tmp_path: Any) -> None:
+    from rsi_common.llm import ModelClient, ModelRequest, ModelResponse, Usage
+    from rsi_worker.evolve.ops import reevaluate_round
+    from rsi_worker.evolve.suite import validate_suite
+
+    def broken(role: str, client: ModelClient) -> ModelClient:
+        class Broken:  # a candidate's harness names the table trait: the policy then answers nothing useful
+            provider, model = client.provider, client.model
+
+            def complete(self, request: ModelRequest) -> ModelResponse:
+                if "table" in request.system:
+                    return ModelResponse([{"type": "text", "text": "no"}], Usage(1, 1), "end_turn", "sim-1")
+                return client.complete(request)
+
+        return Broken() if role == "policy" else client
+
+    stack = EvolveStack(tmp_path, wrap=broken)
+    checks = [
+        {"kind": "contains", "text": "Aero"},
+        {"kind": "answer_criteria", "criterion": "A better answer does this: show it as a table"},
+    ]
+    stack.store.save_suite(
+        validate_suite(
+            {
+                "name": "es",
+                "tasks": [
+                    {
+                        "id": f"t{i}",
+                        "request": f"Compare: Aero {i} 1299 EUR, Zen {i} 999 EUR",
+                        "checks": checks,
+                    }
+                    for i in range(4)
+                ],
+            }
+        )
+    )
+    stack.store.create("r", "es", EvolveConfig(params=RRSIParams(T=1, k=2), trial_parallel=1, smoke_n=0))
+    run_inline(stack.env, "r")
+    rnd = stack.store.round("r", 0)
+    assert rnd is not None
+    stopped = [c for c in rnd["decision"]["candidates"] if c["early_stop"]]
+    assert stopped and all(c["decision"]["reason_code"] == "floor" for c in stopped)
+    assert any(r["status"] == "cancelled" for r in stack.store.trials("r", 0))
+    with pytest.raises(NeedsReevaluation):
+        readjudicate_round(stack.env, "r", 0, delta=0.6)
+    new = reevaluate_round(stack.env, "r", 0, delta=0.6)
+    assert all(c["early_stop"] is None and c["ev"]["S"] == 0.0 for c in new["candidates"])
+    assert not [r for r in stack.store.trials("r", 0) if r["status"] == "cancelled"]
+    assert new["delta"] == 0.6 and new["winner"] is None
+    stack.engine.dispose()

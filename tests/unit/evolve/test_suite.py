@@ -25,10 +25,13 @@ def spec(**over: Any) -> dict[str, Any]:
     return d
 
 
-def test_a_valid_suite_splits_evolve_and_heldout() -> None:
+def test_a_valid_suite_splits_evolve_and_heldout_and_round_trips() -> None:
     s = validate_suite(spec())
     assert s.evolve_ids == ["a"] and s.heldout_ids == ["b"]
     assert validate_suite(s.to_json()) == s
+    det = [{"kind": "contains", "text": "x"}, {"kind": "regex", "pattern": "^a"}]
+    s = validate_suite(spec(tasks=[{"id": "a", "request": "hi", "checks": det}], heldout=[]))
+    assert validate_suite(s.to_json()) == s  # a stored suite with deterministic checks loads again
 
 
 @pytest.mark.parametrize(
