@@ -32,6 +32,7 @@ from rsi_common.harness.bundled import h0
 from rsi_common.harness.payload import Harness, materialize
 from rsi_common.llm.base import ModelClient
 from rsi_common.math.dream import (
+    DEFAULT_BETA,
     BetaSweep,
     LiveCycle,
     SweepPoint,
@@ -238,7 +239,7 @@ def _attempt(
         check_source(source)
     except PolicyRejected as exc:
         return None, str(exc)
-    code = PolicyCode(name, source, float(cfg.params.betas[3]), cfg.params.W)
+    code = PolicyCode(name, source, DEFAULT_BETA, cfg.params.W)
     smoke = evaluate_value(code, f"smoke{r}.{attempt}", dev[:2], cfg.params, executor, store)[1]
     bad = [
         f"{w}: {x['stop_reason']} {x['message']}"

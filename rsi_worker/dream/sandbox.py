@@ -403,10 +403,17 @@ class SandboxSession:
         self._deadline = 0.0
 
     def __enter__(self) -> SandboxSession:
+        """Start the episode's wall clock; the child is forked at the first call (so a refusal or a
+        hang while loading becomes the episode's stop), or now for a ``job``."""
+        self._deadline = time.monotonic() + self.limits.wall_s
+        if self._job is not None:
+            self._start()
+        return self
+
+    def _start(self) -> None:
         _load_libc()
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        self._deadline = time.monotonic() + self.limits.wall_s
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child's coverage is not collected
             _child(self.source, to_child_r, from_child_w, self.limits, self._job)
@@ -421,7 +428,6 @@ class SandboxSession:
             raise
         self.network = str(hello["ready"])
         self.result = hello.get("result")
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -439,6 +445,10 @@ class SandboxSession:
         self._r = self._w = -1
 
     def _call(self, msg: Any) -> Any:
+        if msg is not None and not self.pid:
+            if self._r >= 0:
+                raise PolicyFailure("the policy process is gone")
+            self._start()
         try:
             if msg is not None:
                 _send(self._w, msg)
