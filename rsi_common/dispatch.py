@@ -73,6 +73,7 @@ __all__ = [
     "TASK_AFTER_INCUMBENT",
     "TASK_CONSOLIDATE",
     "TASK_DRAFT_CANDIDATE",
+    "TASK_DREAM_EPISODES",
     "TASK_JUDGE_ROUND",
     "TASK_QUEUES",
     "TASK_REPLAY_TRIAL",
@@ -116,10 +117,14 @@ TASK_JUDGE_ROUND = "rsi.judge_round"
 
 TASK_SWEEP = "rsi.sweep"
 """``sweep()``: the sweeper (Celery beat)."""
+
+TASK_DREAM_EPISODES = "rsi.dream_episodes"
+"""A chunk of Dream replay episodes (docs/dream/evaluation.md#fan-out)."""
 TASK_QUEUES: Mapping[str, str] = {
     TASK_CONSOLIDATE: QUEUE_CONSOLIDATE,
     TASK_DRAFT_CANDIDATE: QUEUE_CONSOLIDATE,
     TASK_SWEEP: QUEUE_CONSOLIDATE,
+    TASK_DREAM_EPISODES: QUEUE_REPLAY,
     TASK_REPLAY_TRIAL: QUEUE_REPLAY,
     TASK_AFTER_INCUMBENT: QUEUE_JUDGE,
     TASK_JUDGE_ROUND: QUEUE_JUDGE,

@@ -117,7 +117,7 @@ class Executor(Protocol):
     """Runs episode jobs; returns their results in job order."""
 
     def run(
-        self, code: PolicyCode, jobs: Sequence[tuple[TreeWorld, float]], params: EvalParams
+        self, code: PolicyCode, jobs: Sequence[tuple[TreeWorld, float]], params: EvalParams, label: str = ""
     ) -> list[dict[str, Any]]:
         """Every job's result JSON."""
 
@@ -126,7 +126,7 @@ class InlineExecutor:
     """In this process, one after the other."""
 
     def run(
-        self, code: PolicyCode, jobs: Sequence[tuple[TreeWorld, float]], params: EvalParams
+        self, code: PolicyCode, jobs: Sequence[tuple[TreeWorld, float]], params: EvalParams, label: str = ""
     ) -> list[dict[str, Any]]:
         return [run_job(code, w, b, params) for w, b in jobs]
 
@@ -138,7 +138,7 @@ class PoolExecutor:
         self.workers = workers
 
     def run(
-        self, code: PolicyCode, jobs: Sequence[tuple[TreeWorld, float]], params: EvalParams
+        self, code: PolicyCode, jobs: Sequence[tuple[TreeWorld, float]], params: EvalParams, label: str = ""
     ) -> list[dict[str, Any]]:
         args = [(code.to_json(), w.to_json(), b, params.to_json()) for w, b in jobs]
         with ProcessPoolExecutor(self.workers) as pool:
@@ -184,7 +184,7 @@ def run_jobs(
     step = chunk or max(1, len(todo))
     for i in range(0, len(todo), step):
         part = todo[i : i + step]
-        for (w, b), result in zip(part, executor.run(code, part, params), strict=True):
+        for (w, b), result in zip(part, executor.run(code, part, params, label), strict=True):
             done[(w.world_id, beta_key(b))] = result
             if store is not None:
                 store.save(label, w.world_id, beta_key(b), result)

@@ -239,7 +239,7 @@ RSI_WORKER_LAYERS: Mapping[str, frozenset[str]] = {
     "rsi_worker.consolidate": frozenset({"rsi_worker.roles", "rsi_worker.gate", "rsi_worker.observability"}),
     "rsi_worker.runtime": frozenset({"rsi_worker.consolidate", "rsi_worker.observability"}),
     "rsi_worker.cluster": frozenset({"rsi_worker.consolidate", "rsi_worker.runtime",
-                                     "rsi_worker.observability"}),
+                                     "rsi_worker.observability", "rsi_worker.dream"}),
     "rsi_worker.jobs": frozenset({"rsi_worker.consolidate", "rsi_worker.runtime",
                                   "rsi_worker.observability"}),
     "rsi_worker.local": frozenset({"rsi_worker.cluster", "rsi_worker.runtime", "rsi_worker.observability"}),
