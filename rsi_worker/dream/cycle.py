@@ -309,15 +309,16 @@ def run_cycle(
     cfg: CycleConfig | None = None,
     *,
     executor: Executor | None = None,
+    executor_for: Callable[[str], Executor] | None = None,
     task_factory: TaskFactory | None = None,
     progress: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, Any]:
     """Run (or resume) the agent's cycle to its end or to ``cfg.stop_after``; the final state with
     ``cycle_id`` and ``status``."""
     cfg = cfg or CycleConfig()
-    ex = executor or InlineExecutor()
     tasks = task_factory or (lambda tid: SimSearchTask(cfg.seed, tid, cfg.task_params))
     cycle_id, state = _open(factory, agent_id, cfg)
+    ex = executor or (executor_for(cycle_id) if executor_for is not None else InlineExecutor())
     store = SqlEpisodeStore(factory, cycle_id)
     status = "running"
 
@@ -419,3 +420,55 @@ def cycle_rows(factory: sessionmaker[Session], agent_id: str) -> list[dict[str, 
         }
         for r in rows
     ]
+
+
+def explore(
+    factory: sessionmaker[Session],
+    agent_id: str,
+    task: SimSearchTask,
+    *,
+    beta: float | None = None,
+    params: EvalParams | None = None,
+) -> dict[str, Any]:
+    """One live exploration of ``task`` with the agent's current policy; the tree is stored
+    (origin ``live``, world id ``{task_id}-live``; a second exploration of the same task is kept once)."""
+    params = params or EvalParams()
+    with factory.begin() as s:
+        db.ensure_agent(s, agent_id)
+        code = harness_policy(current_harness(s, agent_id))
+    if beta is not None:
+        code = code.with_beta(beta)
+    live, tree = _live(task, code, f"{task.task_id}-live", params)
+    with factory.begin() as s:
+        _, created = add_dream_world(s, agent_id, tree.to_json(), origin="live")
+    return {**live, "policy": code.name, "stored": created}
+
+
+def import_trees(
+    factory: sessionmaker[Session], agent_id: str, lines: Sequence[str | bytes], *, atomic: bool = False
+) -> dict[str, Any]:
+    """Validate JSON Lines of trees and store the good ones (origin ``imported``): ``{imported,
+    existing, errors: [{line, error}]}``. ``atomic``: nothing is stored when any line is bad."""
+    from rsi_worker.dream.tree import read_lines
+
+    good: list[TreeWorld] = []
+    errors: list[dict[str, Any]] = []
+    for n, item in read_lines(lines):
+        if isinstance(item, TreeWorld):
+            good.append(item)
+        else:
+            errors.append({"line": n, "error": str(item)[:300]})
+    imported = existing = 0
+    if not (atomic and errors):
+        with factory.begin() as s:
+            db.ensure_agent(s, agent_id)
+            for w in good:
+                _, created = add_dream_world(s, agent_id, w.to_json(), origin="imported")
+                imported += created
+                existing += not created
+    return {
+        "imported": imported,
+        "existing": existing,
+        "errors": errors,
+        "committed": not (atomic and errors),
+    }
