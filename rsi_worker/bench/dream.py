@@ -1,0 +1,162 @@
+"""``rsi bench dream``: what the Dream cycle buys and what its machinery costs (issue 19;
+docs/dream/README.md#measured).
+
+1. **Promotion**: fresh agent on SQLite; cycles (seeds 0, 1, …, at most ``max_cycles``) with the sim
+   development agent until one promotes. The policy compared is the promoted one, else the last
+   cycle's replay winner (``promoted: false`` says so).
+2. **Attempts and tokens to reach the incumbent's best** on ``tasks`` fresh simulated search tasks
+   (seed 1000+): π⁰ and π★ each explore every task live at their baked default β; the target of a
+   task is π⁰'s best score there; a policy's cost is the attempts (and tokens) revealed up to its
+   first cell scoring ≥ the target, or all it revealed when it never reaches it (counted in
+   ``pistar_missed``). ``attempts_change_pct`` = 100·(Σ π★ − Σ π⁰)/Σ π⁰, the same for tokens.
+3. **Sweep wall**: the β sweep of π★ (as untrusted code, so sandboxed) over ``worlds`` generated
+   worlds, inline and on ``workers`` worker processes; the capacity-aware bound is
+   max(Σ episode time / workers, the longest episode) from the inline episode times.
+4. **Sandbox overhead per episode**: the same episodes of a builtin policy in process and in the
+   forked child; the median of the differences.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rsi_common.db import make_engine, session_factory, upgrade
+from rsi_worker.dream.cycle import CycleConfig, run_cycle
+from rsi_worker.dream.devagent import dev_client
+from rsi_worker.dream.evaluate import EvalParams, InlineExecutor, PoolExecutor, run_job, sweep
+from rsi_worker.dream.policies import PolicyCode, builtin, incumbent_policy
+from rsi_worker.dream.replay import LiveQuestion, ReplayQuestion, run_episode
+from rsi_worker.dream.sandbox import SandboxSession
+from rsi_worker.dream.simtasks import SimSearchTask, generate_worlds
+
+__all__ = ["bench_dream"]
+
+
+def _winner(max_cycles: int) -> tuple[PolicyCode, bool, list[str]]:
+    statuses: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = make_engine(f"sqlite:///{Path(tmp) / 'dream.db'}")
+        upgrade(engine)
+        factory = session_factory(engine)
+        out: dict[str, Any] = {}
+        try:
+            for seed in range(max_cycles):
+                out = run_cycle(factory, "bench", dev_client("sim", "sim-1"), CycleConfig(seed=seed))
+                statuses.append(out["status"])
+                if out["status"] == "promoted":
+                    break
+        finally:
+            engine.dispose()
+    code = PolicyCode.from_json(out["versions"][out["m_star"]])
+    if out["status"] == "promoted":
+        code = code.with_beta(out["next_beta"]["beta"])
+    return code, out["status"] == "promoted", statuses
+
+
+def _live_cells(code: PolicyCode, task: SimSearchTask) -> list[tuple[float | None, int]]:
+    q = LiveQuestion(task, world_id="bench")
+    with code.session() as s:
+        run_episode(q, s, code.default_beta)
+    return [(c.score, c.tokens) for c in q.revealed]
+
+
+def _cost_to(cells: list[tuple[float | None, int]], target: float) -> tuple[int, int, bool]:
+    tokens = 0
+    for i, (score, tok) in enumerate(cells, 1):
+        tokens += tok
+        if score is not None and score >= target:
+            return i, tokens, True
+    return len(cells), tokens, False
+
+
+def _attempts(pi0: PolicyCode, star: PolicyCode, tasks: int) -> dict[str, Any]:
+    a0 = a1 = t0 = t1 = missed = 0
+    for i in range(tasks):
+        task = SimSearchTask(1000 + i, f"bench-{i}")
+        base, new = _live_cells(pi0, task), _live_cells(star, task)
+        target = max([task.baseline, *(s for s, _ in base if s is not None)])
+        n0, k0, _ = _cost_to(base, target)
+        n1, k1, hit = _cost_to(new, target)
+        a0, a1, t0, t1, missed = a0 + n0, a1 + n1, t0 + k0, t1 + k1, missed + (not hit)
+    return {
+        "pi0_attempts": a0,
+        "pistar_attempts": a1,
+        "pi0_tokens": t0,
+        "pistar_tokens": t1,
+        "pistar_missed": missed,
+        "attempts_change_pct": round(100 * (a1 - a0) / max(1, a0), 1),
+        "tokens_change_pct": round(100 * (t1 - t0) / max(1, t0), 1),
+    }
+
+
+def _sweep_wall(star: PolicyCode, worlds: int, workers: int) -> dict[str, Any]:
+    untrusted = PolicyCode(star.name, "# untrusted\n" + star.source, star.default_beta, star.W)
+    ws = generate_worlds(7, worlds)
+    params = EvalParams()
+    times = []
+    for b in params.betas:
+        for w in ws:
+            t = time.perf_counter()
+            run_job(untrusted, w, b, params)
+            times.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    inline = sweep(untrusted, "s", ws, params, InlineExecutor())
+    inline_s = time.perf_counter() - t
+    t = time.perf_counter()
+    dist = sweep(untrusted, "s", ws, params, PoolExecutor(workers))
+    dist_s = time.perf_counter() - t
+    bound = max(sum(times) / workers, max(times))
+    return {
+        "sweep_episodes": len(times),
+        "sweep_inline_s": round(inline_s, 3),
+        "sweep_distributed_s": round(dist_s, 3),
+        "sweep_bound_s": round(bound, 3),
+        "sweep_wall_over_bound": round(dist_s / bound, 2),
+        "sweep_same_report": dist == inline,
+        "sweep_workers": workers,
+    }
+
+
+def _sandbox_overhead(episodes: int) -> dict[str, Any]:
+    code = builtin("parallel_refine")
+    ws = generate_worlds(11, episodes)
+    diffs, inproc = [], []
+    for w in ws:
+        t = time.perf_counter()
+        with code.session() as s:
+            a = run_episode(ReplayQuestion(w), s, 0.6)
+        t1 = time.perf_counter()
+        with SandboxSession(code.source) as s:
+            b = run_episode(ReplayQuestion(w), s, 0.6)
+        t2 = time.perf_counter()
+        assert a.to_json() == b.to_json()
+        inproc.append(t1 - t)
+        diffs.append((t2 - t1) - (t1 - t))
+    return {
+        "sandbox_episodes": episodes,
+        "sandbox_overhead_median_ms": round(statistics.median(diffs) * 1e3, 2),
+        "sandbox_overhead_p90_ms": round(sorted(diffs)[int(0.9 * (len(diffs) - 1))] * 1e3, 2),
+        "inprocess_episode_median_ms": round(statistics.median(inproc) * 1e3, 2),
+    }
+
+
+def bench_dream(
+    *, tasks: int = 20, worlds: int = 8, workers: int = 2, episodes: int = 40, max_cycles: int = 4
+) -> dict[str, Any]:
+    """The flat report (module docstring)."""
+    star, promoted, statuses = _winner(max_cycles)
+    report: dict[str, Any] = {
+        "promoted": promoted,
+        "cycle_statuses": ",".join(statuses),
+        "pistar": star.name,
+        "pistar_beta": star.default_beta,
+        "pi0": incumbent_policy().name,
+    }
+    report.update(_attempts(incumbent_policy(), star, tasks))
+    report.update(_sweep_wall(star, worlds, workers))
+    report.update(_sandbox_overhead(episodes))
+    return report
