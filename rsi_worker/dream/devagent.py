@@ -36,15 +36,15 @@ _INTERFACE = (
     "- cost per revealed cell + a bonus for parallel batches."
 )
 _FENCE = re.compile(r"```(?:python)?\n(.*?)```", re.DOTALL)
-VARIANTS: tuple[tuple[int, float, bool], ...] = (
-    (1, 0.0, False),
-    (2, 0.0, False),
-    (1, 0.005, True),
-    (0, 0.0, False),
-    (3, 0.002, True),
-    (2, 0.01, False),
+VARIANTS: tuple[tuple[int, float, bool, tuple[int, int] | None], ...] = (
+    (1, 0.0, False, None),
+    (2, 0.0, False, (8, 2)),
+    (1, 0.005, True, (6, 3)),
+    (0, 0.0, False, None),
+    (3, 0.002, True, (8, 3)),
+    (2, 0.01, False, (5, 4)),
 )
-"""(PATIENCE, GAIN, FRESH_FIRST) of the sim's parallel-refine variants."""
+"""(PATIENCE, GAIN, FRESH_FIRST, LIVE_GRID) of the sim's parallel-refine variants."""
 
 
 def revision_prompt(revision: int, versions: Sequence[dict[str, Any]], repair: str | None) -> ModelRequest:
@@ -52,13 +52,13 @@ def revision_prompt(revision: int, versions: Sequence[dict[str, Any]], repair: s
     listing = json.dumps(list(versions), ensure_ascii=False, indent=1)[:60_000]
     text = "\n".join(
         [
-            SECTIONS[0],
+            f"{SECTIONS[0]}:",
             str(revision),
-            SECTIONS[1],
+            f"{SECTIONS[1]}:",
             listing,
-            SECTIONS[2],
+            f"{SECTIONS[2]}:",
             repair or "none",
-            SECTIONS[3],
+            f"{SECTIONS[3]}:",
             _INTERFACE,
         ]
     )
@@ -79,15 +79,19 @@ def sim_dev(call: SimCall) -> list[dict[str, Any]]:
     text = message_text(call.request.messages[-1])
     sec = parse_sections(text, SECTIONS)
     repairing = sec.get(SECTIONS[2], "none").strip() != "none"
-    tried = {v.get("name") for v in json.loads(sec.get(SECTIONS[1], "[]") or "[]")}
+    try:
+        tried = {v.get("name") for v in json.loads(sec.get(SECTIONS[1], "[]") or "[]") if isinstance(v, dict)}
+    except ValueError:  # a listing cut at its size limit
+        tried = set()
     free = [i for i in range(len(VARIANTS)) if f"parallel_refine_v{i}" not in tried] or list(
         range(len(VARIANTS))
     )
     pick = free[int(call.draw("variant") * len(free))]
-    patience, gain, fresh = VARIANTS[pick]
+    patience, gain, fresh, grid = VARIANTS[pick]
     src = builtin("parallel_refine").source
     src = src.replace("PATIENCE = 1", f"PATIENCE = {patience}").replace("GAIN = 0.0", f"GAIN = {gain}")
     src = src.replace("FRESH_FIRST = False", f"FRESH_FIRST = {fresh}")
+    src = src.replace("LIVE_GRID = None ", f"LIVE_GRID = {grid} ")
     src = f"# name: parallel_refine_v{pick}\n" + src
     if not repairing and call.draw("slip") < 0.35:
         src = "import os\n" + src

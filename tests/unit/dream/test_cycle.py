@@ -19,7 +19,7 @@ from rsi_worker.dream.evaluate import EvalParams, InlineExecutor, MemoryStore, s
 from rsi_worker.dream.policies import POLICY_FILE, builtin, harness_policy
 from rsi_worker.dream.simtasks import SimTaskParams, generate_worlds
 
-WIDE = '''# name: wide
+WIDE = """# name: wide
 def plan_grid(ctx):
     b = ctx.hard_max_branch_count if ctx.trace_branch_count is None else ctx.trace_branch_count
     r = ctx.hard_max_refine_count if ctx.trace_refine_count is None else ctx.trace_refine_count
@@ -31,7 +31,7 @@ def choose(view, beta):
     refine = [c for c in legal if c["attempt"] > 0]
     fresh = [c for c in legal if c["attempt"] == 0]
     return [c["id"] for c in (refine + fresh)[: view.width()]]
-'''
+"""
 SMALL = SimTaskParams(branches=5, refine=2)
 
 
@@ -46,8 +46,14 @@ class Scripted:
 
 
 def _cfg(seed: int, **kw: Any) -> CycleConfig:
-    return CycleConfig(seed=seed, min_worlds=4, task_params=SMALL, revisions=1,
-                       params=EvalParams(betas=(0.2, 0.6, 1.0)), **kw)
+    return CycleConfig(
+        seed=seed,
+        min_worlds=4,
+        task_params=SMALL,
+        revisions=1,
+        params=EvalParams(betas=(0.2, 0.6, 1.0)),
+        **kw,
+    )
 
 
 @pytest.fixture
@@ -85,7 +91,8 @@ def test_vetoed_policy_leaves_pi0_current(factory: sessionmaker[Session]) -> Non
 
 
 def test_no_confirmation_hook_is_pending_and_interrupted_cycle_resumes_identically(
-        factory: sessionmaker[Session]) -> None:
+    factory: sessionmaker[Session],
+) -> None:
     cfg = _cfg(0, confirm=False)
     for phase in ("deploy", "develop", "select", "sweep"):
         part = run_cycle(factory, "agent-r", Scripted(), CycleConfig(**{**cfg.__dict__, "stop_after": phase}))
@@ -102,8 +109,12 @@ def test_no_confirmation_hook_is_pending_and_interrupted_cycle_resumes_identical
 
 
 def test_sim_development_agent_repairs_and_selection_never_loses(factory: sessionmaker[Session]) -> None:
-    out = run_cycle(factory, "agent-s", dev_client("sim", "sim-1"),
-                    CycleConfig(seed=0, min_worlds=4, task_params=SMALL, params=EvalParams(betas=(0.6,))))
+    out = run_cycle(
+        factory,
+        "agent-s",
+        dev_client("sim", "sim-1"),
+        CycleConfig(seed=0, min_worlds=4, task_params=SMALL, params=EvalParams(betas=(0.6,))),
+    )
     assert out["V"][out["m_star"]] >= out["V"][0]
     assert len(out["versions"]) + len(out["failures"]) == 4
     assert out["status"] in ("kept", "vetoed", "promoted")
@@ -138,3 +149,18 @@ def test_sweep_interrupted_mid_way_resumes_with_identical_results() -> None:
     again = sweep(code, "s", worlds, params, InlineExecutor(), store, chunk=4)
     assert again == whole
     assert again.points[0].beta == 0.0 and len(again.points) == 6 and again.world_auc
+
+
+def test_sim_development_agent_reads_its_sections() -> None:
+    from rsi_worker.dream.devagent import extract_code, revision_prompt
+    from rsi_worker.dream.sandbox import check_source
+
+    client = dev_client("sim", "sim-1")
+    firsts = [extract_code(client.complete(revision_prompt(r, [], None)).text) for r in range(12)]
+    assert any(t.startswith("import os") for t in firsts)  # a slip the sandbox refuses...
+    tried: list[dict[str, str]] = []
+    for r in range(4):
+        text = extract_code(client.complete(revision_prompt(r, tried, "line 1: import of 'os'")).text)
+        check_source(text)  # ...never repeated on repair
+        tried.append({"name": text.splitlines()[0].removeprefix("# name: ")})
+    assert len({t["name"] for t in tried}) == 4  # each revision a variant not tried yet

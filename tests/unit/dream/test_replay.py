@@ -64,16 +64,20 @@ def test_legal_cells_production_and_paper(toy: TreeWorld) -> None:
     assert [c.id for c in p.revealed] == ["b0a0", "b1a0", "b0a1"]
 
 
-@pytest.mark.parametrize(("batch", "why"), [
-    (["b0a0", "b0a0"], "twice"),
-    (["b0a0", "b1a0", "b2a0"], "at most W"),
-    (["b0a1"], "not legal"),
-    (["zz"], "not legal"),
-    ("b0a0", "list of cell ids"),
-    ([1], "list of cell ids"),
-])
-def test_illegal_batch_stops_with_error_and_keeps_what_was_revealed(toy: TreeWorld, batch: object,
-                                                                    why: str) -> None:
+@pytest.mark.parametrize(
+    ("batch", "why"),
+    [
+        (["b0a0", "b0a0"], "twice"),
+        (["b0a0", "b1a0", "b2a0"], "at most W"),
+        (["b0a1"], "not legal"),
+        (["zz"], "not legal"),
+        ("b0a0", "list of cell ids"),
+        ([1], "list of cell ids"),
+    ],
+)
+def test_illegal_batch_stops_with_error_and_keeps_what_was_revealed(
+    toy: TreeWorld, batch: object, why: str
+) -> None:
     q = ReplayQuestion(toy, W=2)
     r = run_episode(q, Scripted([["b1a0"], batch]), 0.5)  # type: ignore[list-item]
     assert r.stop_reason == "error" and why in r.message
@@ -160,8 +164,19 @@ def test_permuting_hidden_scores_leaves_decisions_identical(name: str) -> None:
         scores = [c.score for c in hidden]
         rng.shuffle(scores)
         swap = {c.id: s for c, s in zip(hidden, scores, strict=True)}
-        cells = [Cell(c.branch, c.attempt, c.seq, swap.get(c.id, c.score) if c.id in swap else c.score,
-                      c.valid, c.fail_class, c.error, c.tokens) for c in world.cells]
+        cells = [
+            Cell(
+                c.branch,
+                c.attempt,
+                c.seq,
+                swap.get(c.id, c.score) if c.id in swap else c.score,
+                c.valid,
+                c.fail_class,
+                c.error,
+                c.tokens,
+            )
+            for c in world.cells
+        ]
         # keep the normaliser's range: the maximum stays in the world, only its place changes
         other = TreeWorld.build(world.world_id, world.task_id, world.baseline, cells, world.grid)
         with code.session() as s:

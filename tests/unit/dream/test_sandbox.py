@@ -28,19 +28,22 @@ def _episode(source: str, world: TreeWorld) -> tuple[str, str]:
     return r.stop_reason, r.message
 
 
-@pytest.mark.parametrize(("source", "finding"), [
-    ("import os\n", "import of 'os'"),
-    ("import socket\n", "import of 'socket'"),
-    ("from subprocess import run\n", "import from 'subprocess'"),
-    ("from . import x\n", "import from"),
-    ("x = ().__class__.__bases__\n", "attribute '__class__'"),
-    ("x = open('/etc/passwd')\n", "name 'open'"),
-    ("x = getattr(1, 'real')\n", "name 'getattr'"),
-    ("exec('1')\n", "name 'exec'"),
-    ("x = __builtins__\n", "name '__builtins__'"),
-    ("x = __import__('os')\n", "name '__import__'"),
-    ("def f(:\n", "not valid Python"),
-])
+@pytest.mark.parametrize(
+    ("source", "finding"),
+    [
+        ("import os\n", "import of 'os'"),
+        ("import socket\n", "import of 'socket'"),
+        ("from subprocess import run\n", "import from 'subprocess'"),
+        ("from . import x\n", "import from"),
+        ("x = ().__class__.__bases__\n", "attribute '__class__'"),
+        ("x = open('/etc/passwd')\n", "name 'open'"),
+        ("x = getattr(1, 'real')\n", "name 'getattr'"),
+        ("exec('1')\n", "name 'exec'"),
+        ("x = __builtins__\n", "name '__builtins__'"),
+        ("x = __import__('os')\n", "name '__import__'"),
+        ("def f(:\n", "not valid Python"),
+    ],
+)
 def test_ast_check_refuses(source: str, finding: str) -> None:
     with pytest.raises(PolicyRejected, match=finding.replace("(", r"\(")):
         check_source(source + OK)
@@ -72,8 +75,10 @@ ADVERSARIAL = {
     "bad answer": ("def choose(view, beta):\n    return {'a': 1}\n", "error"),
     "huge answer": ("def choose(view, beta):\n    return ['x' * 5_000_000]\n", "error"),
     "fork bomb": ("import os\ndef choose(view, beta):\n    while True:\n        os.fork()\n", "error"),
-    "network": ("import socket\ndef choose(view, beta):\n    socket.create_connection(('1.1.1.1', 80))\n",
-                "error"),
+    "network": (
+        "import socket\ndef choose(view, beta):\n    socket.create_connection(('1.1.1.1', 80))\n",
+        "error",
+    ),
     "file write": ("def choose(view, beta):\n    open('/tmp/x', 'w')\n", "error"),
     "escape via type": ("def choose(view, beta):\n    return type(view).mro()\n", "error"),
 }
@@ -97,10 +102,12 @@ def test_confinement_blocks_files_and_sockets_whatever_the_code(tmp_path: Path) 
 
     def job() -> dict[str, str]:
         out = {}
-        for name, attempt in (("file", lambda: open(target, "w")),  # noqa: SIM115
-                              ("read", lambda: open("/etc/hostname")),  # noqa: SIM115
-                              ("socket", lambda: socket.socket()),
-                              ("raw", lambda: socket.SocketType(socket.AF_INET, socket.SOCK_STREAM))):
+        for name, attempt in (
+            ("file", lambda: open(target, "w")),  # noqa: SIM115
+            ("read", lambda: open("/etc/hostname")),  # noqa: SIM115
+            ("socket", lambda: socket.socket()),
+            ("raw", lambda: socket.SocketType(socket.AF_INET, socket.SOCK_STREAM)),
+        ):
             try:
                 attempt()
                 out[name] = "allowed"

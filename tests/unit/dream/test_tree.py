@@ -25,23 +25,26 @@ def test_round_trip_and_derived_values(toy: TreeWorld) -> None:
     assert toy.by_id["b0a1"].parent == "b0a0" and toy.by_id["b1a0"].parent == "r"
 
 
-@pytest.mark.parametrize(("edit", "field"), [
-    (lambda o: o["cells"].append({"branch": 2, "attempt": 2, "seq": 9}), "attempts must be consecutive"),
-    (lambda o: o["cells"].append({"branch": 5, "attempt": 1, "seq": 9}), "attempts must be consecutive"),
-    (lambda o: o["cells"].append({"branch": 2, "attempt": 0, "seq": 9}), "records attempt 0 twice"),
-    (lambda o: o["cells"][1].update(seq=0), "cells[1].seq"),
-    (lambda o: o["cells"][3].update(seq=100), "created before its parent"),
-    (lambda o: o["cells"][0].update(score=float("nan")), "cells[0].score"),
-    (lambda o: o["cells"][0].update(valid="yes"), "cells[0].valid"),
-    (lambda o: o["cells"][0].update(branch=-1), "cells[0].branch"),
-    (lambda o: o["cells"][0].update(extra=1), "unknown key"),
-    (lambda o: o["cells"][0].pop("seq"), "cells[0].seq"),
-    (lambda o: o.update(schema="rsi-dream-world/2"), "schema"),
-    (lambda o: o.update(world_id="../x"), "world_id"),
-    (lambda o: o.update(baseline="0.4"), "baseline"),
-    (lambda o: o.update(grid={"branch_count": 1, "refine_count": 0}), "grid"),
-    (lambda o: o["cells"][0].update(error="x" * 3000), "cells[0].error"),
-])
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda o: o["cells"].append({"branch": 2, "attempt": 2, "seq": 9}), "attempts must be consecutive"),
+        (lambda o: o["cells"].append({"branch": 5, "attempt": 1, "seq": 9}), "attempts must be consecutive"),
+        (lambda o: o["cells"].append({"branch": 2, "attempt": 0, "seq": 9}), "records attempt 0 twice"),
+        (lambda o: o["cells"][1].update(seq=0), "cells[1].seq"),
+        (lambda o: o["cells"][3].update(seq=100), "created before its parent"),
+        (lambda o: o["cells"][0].update(score=float("nan")), "cells[0].score"),
+        (lambda o: o["cells"][0].update(valid="yes"), "cells[0].valid"),
+        (lambda o: o["cells"][0].update(branch=-1), "cells[0].branch"),
+        (lambda o: o["cells"][0].update(extra=1), "unknown key"),
+        (lambda o: o["cells"][0].pop("seq"), "cells[0].seq"),
+        (lambda o: o.update(schema="rsi-dream-world/2"), "schema"),
+        (lambda o: o.update(world_id="../x"), "world_id"),
+        (lambda o: o.update(baseline="0.4"), "baseline"),
+        (lambda o: o.update(grid={"branch_count": 1, "refine_count": 0}), "grid"),
+        (lambda o: o["cells"][0].update(error="x" * 3000), "cells[0].error"),
+    ],
+)
 def test_each_rule_names_its_field(toy: TreeWorld, edit: Any, field: str) -> None:
     obj = _obj(toy)
     edit(obj)
