@@ -230,16 +230,36 @@ def _builtins() -> dict[str, Any]:
     return out
 
 
-def load_namespace(source: str) -> dict[str, Any]:
-    """Check the source, then execute it with the reduced builtins; the module's namespace.
+_CODE_CACHE: dict[str, types.CodeType] = {}
+_CODE_CACHE_SIZE = 64
+
+
+def compiled(source: str) -> types.CodeType:
+    """The checked and compiled code of ``source`` (cached per process by content, at most 64).
+
+    Raises:
+        PolicyRejected: the AST check fails.
+    """
+    code = _CODE_CACHE.get(source)
+    if code is None:
+        check_source(source)
+        code = compile(source, "<policy>", "exec")
+        if len(_CODE_CACHE) >= _CODE_CACHE_SIZE:
+            _CODE_CACHE.pop(next(iter(_CODE_CACHE)))
+        _CODE_CACHE[source] = code
+    return code
+
+
+def load_namespace(source: str | types.CodeType) -> dict[str, Any]:
+    """Check the source, then execute it with the reduced builtins in a fresh namespace.
 
     Raises:
         PolicyRejected: the AST check fails.
         Exception: whatever the module body raises.
     """
-    check_source(source)
+    code = compiled(source) if isinstance(source, str) else source
     ns: dict[str, Any] = {"__builtins__": _builtins(), "__name__": "policy"}
-    exec(compile(source, "<policy>", "exec"), ns)
+    exec(code, ns)
     return ns
 
 
@@ -341,8 +361,8 @@ def _recv(fd: int, deadline: float | None) -> Any:
     return json.loads(_read_exact(fd, size, deadline))
 
 
-def _serve(source: str) -> None:
-    ns = load_namespace(source)
+def _serve(code: types.CodeType) -> None:
+    ns = load_namespace(code)
     plan_fn, choose_fn = ns["plan_grid"], ns["choose"]
     while True:
         msg = _recv(0, None)
@@ -356,19 +376,17 @@ def _serve(source: str) -> None:
             _send(1, {"error": f"{type(exc).__name__}: {str(exc)[:300]}"})
 
 
-def _child(source: str, rfd: int, wfd: int, limits: SandboxLimits, job: Callable[[], Any] | None) -> None:
+def _child(
+    code: types.CodeType | None, rfd: int, wfd: int, limits: SandboxLimits, job: Callable[[], Any] | None
+) -> None:
     try:
         network = _confine(rfd, wfd, limits)
         if job is not None:
             _send(1, {"ready": network, "result": job()})
             return
-        try:
-            check_source(source)
-        except PolicyRejected as exc:
-            _send(1, {"error": str(exc)})
-            return
         _send(1, {"ready": network})
-        _serve(source)
+        if code is not None:
+            _serve(code)
     except BaseException as exc:
         with suppress(BaseException):
             _send(1, {"error": f"{type(exc).__name__}: {str(exc)[:300]}"})
@@ -401,6 +419,8 @@ class SandboxSession:
         self.result: Any = None
         self._r = self._w = -1
         self._deadline = 0.0
+        self._hello_pending = False
+        self._used = False
 
     def __enter__(self) -> SandboxSession:
         """Start the episode's wall clock; the child is forked at the first call (so a refusal or a
@@ -411,21 +431,32 @@ class SandboxSession:
         return self
 
     def _start(self) -> None:
+        code = None
+        if self._job is None:
+            try:
+                code = compiled(self.source)  # checked and compiled here, once per source
+            except PolicyRejected as exc:
+                raise PolicyFailure(str(exc)) from None
         _load_libc()
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child's coverage is not collected
-            _child(self.source, to_child_r, from_child_w, self.limits, self._job)
+            _child(code, to_child_r, from_child_w, self.limits, self._job)
         self.pid = pid
         os.close(to_child_r)
         os.close(from_child_w)
         self._w, self._r = to_child_w, from_child_r
+        if self._job is None:
+            self._hello_pending = True  # read with the first answer: one round trip less
+            return
         try:
-            hello = self._call(None)
+            self._hello(self._call(None))
         except BaseException:
             self.close()
             raise
+
+    def _hello(self, hello: Any) -> None:
         self.network = str(hello["ready"])
         self.result = hello.get("result")
 
@@ -446,12 +477,19 @@ class SandboxSession:
 
     def _call(self, msg: Any) -> Any:
         if msg is not None and not self.pid:
-            if self._r >= 0:
+            if self._used:
                 raise PolicyFailure("the policy process is gone")
+            self._used = True
             self._start()
         try:
             if msg is not None:
                 _send(self._w, msg)
+            if self._hello_pending:
+                self._hello_pending = False
+                hello = _recv(self._r, self._deadline)
+                if not isinstance(hello, dict) or "ready" not in hello:
+                    raise PolicyFailure(str(hello.get("error") if isinstance(hello, dict) else hello)[:500])
+                self._hello(hello)
             reply = _recv(self._r, self._deadline)
         except (EOFError, BrokenPipeError, OSError):
             raise PolicyFailure(f"the policy process died ({self._exit_status()})") from None
