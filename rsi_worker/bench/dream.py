@@ -13,11 +13,13 @@ docs/dream/README.md#measured).
    worlds, inline and on ``workers`` worker processes; the capacity-aware bound is
    max(Σ episode time / workers, the longest episode) from the inline episode times.
 4. **Sandbox overhead per episode**: the same episodes of a builtin policy in process and in the
-   forked child; the median of the differences.
+   forked child; the median of the differences, beside the median of a bare fork + exit + wait of
+   this process and the load average (on a shared machine the fork dominates and varies with load).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -121,6 +123,19 @@ def _sweep_wall(star: PolicyCode, worlds: int, workers: int) -> dict[str, Any]:
     }
 
 
+def _bare_fork_ms(n: int = 20) -> float:
+    """Median of fork + exit + wait of this process: what the machine's load does to a fork."""
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child exits at once
+            os._exit(0)
+        os.waitpid(pid, 0)
+        times.append(time.perf_counter() - t)
+    return round(statistics.median(times) * 1e3, 2)
+
+
 def _sandbox_overhead(episodes: int) -> dict[str, Any]:
     code = builtin("parallel_refine")
     ws = generate_worlds(11, episodes)
@@ -141,6 +156,8 @@ def _sandbox_overhead(episodes: int) -> dict[str, Any]:
         "sandbox_overhead_median_ms": round(statistics.median(diffs) * 1e3, 2),
         "sandbox_overhead_p90_ms": round(sorted(diffs)[int(0.9 * (len(diffs) - 1))] * 1e3, 2),
         "inprocess_episode_median_ms": round(statistics.median(inproc) * 1e3, 2),
+        "bare_fork_median_ms": _bare_fork_ms(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
     }
 
 
