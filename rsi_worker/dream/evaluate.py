@@ -69,7 +69,7 @@ class EvalParams:
         return {
             "W": self.W,
             "beta_cost": self.beta_cost,
-            "beta_par": self.par,
+            "beta_par": self.beta_par,
             "lam": self.lam,
             "betas": list(self.betas),
             "mode": self.mode,
@@ -86,7 +86,7 @@ class EvalParams:
         return cls(
             int(d["W"]),
             float(d["beta_cost"]),
-            float(d["beta_par"]),
+            None if d["beta_par"] is None else float(d["beta_par"]),
             float(d["lam"]),
             tuple(float(b) for b in d["betas"]),
             d["mode"],
