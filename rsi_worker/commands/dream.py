@@ -20,6 +20,9 @@ from rsi_worker.commands.common import EXIT_INPUT, check_schema, cli_errors, ech
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
+    from rsi_common.config import Settings
+    from rsi_common.llm.base import ModelClient
+
 dream = typer.Typer(no_args_is_help=True, help="The Dream-RSI exploration-policy cycle.")
 
 __all__ = ["dream"]
@@ -82,11 +85,14 @@ def cycle_cmd(
         help=CONFIRM_HELP,
     ),
     cluster: bool = typer.Option(False, "--cluster", help=CLUSTER_HELP),
+    provider: str = typer.Option(
+        "sim", "--provider", help="The development agent's provider (default the sim)."
+    ),
+    model: str = typer.Option("sim-1", "--model", help="The development agent's model."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Run the agent's Dream cycle, or resume its unfinished one (progress on stderr)."""
     from rsi_worker.dream.cycle import CycleConfig, run_cycle
-    from rsi_worker.dream.devagent import dev_client
 
     with cli_errors(as_json), _sessions() as factory:
         settings = load_settings()
@@ -105,7 +111,7 @@ def cycle_cmd(
         out = run_cycle(
             factory,
             agent,
-            dev_client("sim", "sim-1", settings.sim),
+            _dev(provider, model, settings),
             CycleConfig(seed=seed, revisions=revisions, confirm=confirm),
             executor_for=executor_for,
             progress=lambda m: typer.echo(m, err=True),
@@ -127,6 +133,17 @@ def cycle_cmd(
         echo_json(brief)
     else:
         typer.echo(f"{out['cycle_id']}: {out['status']}")
+
+
+def _dev(provider: str, model: str, settings: Settings) -> ModelClient:
+    """The development agent: the sim in role ``dream_dev``, else the provider's client (its
+    consolidation-role retries; real clients ignore the role name)."""
+    from rsi_common.llm.factory import make_client
+    from rsi_worker.dream.devagent import dev_client
+
+    if provider == "sim":
+        return dev_client("sim", model, settings.sim)
+    return make_client(provider, model, settings, role="proposer")
 
 
 @dream.command("status")

@@ -47,14 +47,14 @@ from rsi_worker.dream.evaluate import EvalParams, Executor, InlineExecutor, eval
 from rsi_worker.dream.policies import PolicyCode, harness_policy, with_policy
 from rsi_worker.dream.replay import LiveQuestion, run_episode
 from rsi_worker.dream.sandbox import PolicyRejected, check_source
-from rsi_worker.dream.simtasks import SimSearchTask, SimTaskParams, generate_worlds
+from rsi_worker.dream.simtasks import SearchTask, SimSearchTask, SimTaskParams, generate_worlds
 from rsi_worker.dream.tree import TreeWorld, load_world
 
 __all__ = ["CycleConfig", "SqlEpisodeStore", "current_harness", "in_selection", "run_cycle", "split_worlds"]
 
 PHASES = ("deploy", "develop", "select", "sweep", "confirm", "done")
 FAILING_STOPS = frozenset({"error", "timeout", "invalid_plan", "out_of_support"})
-TaskFactory = Callable[[str], SimSearchTask]
+TaskFactory = Callable[[str], SearchTask]
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ def _open(factory: sessionmaker[Session], agent_id: str, cfg: CycleConfig) -> tu
 
 
 def _live(
-    task: SimSearchTask, code: PolicyCode, world_id: str, params: EvalParams
+    task: SearchTask, code: PolicyCode, world_id: str, params: EvalParams
 ) -> tuple[dict[str, Any], TreeWorld]:
     q = LiveQuestion(task, world_id=world_id, W=params.W)
     with code.session(params.limits) as session:
@@ -425,7 +425,7 @@ def cycle_rows(factory: sessionmaker[Session], agent_id: str) -> list[dict[str, 
 def explore(
     factory: sessionmaker[Session],
     agent_id: str,
-    task: SimSearchTask,
+    task: SearchTask,
     *,
     beta: float | None = None,
     params: EvalParams | None = None,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from rsi_common.math.dream import GridPlan, GridPlanningContext, ReplayEpisode, make_normalizer, validate_grid
-from rsi_worker.dream.simtasks import SimSearchTask
+from rsi_worker.dream.simtasks import SearchTask
 from rsi_worker.dream.tree import Cell, TreeWorld, cell_id
 from rsi_worker.dream.view import PolicyView, view_from_data
 
@@ -238,7 +238,7 @@ class LiveQuestion(ReplayQuestion):
 
     replay = False
 
-    def __init__(self, task: SimSearchTask, *, world_id: str, W: int = 4, K2: int | None = None) -> None:
+    def __init__(self, task: SearchTask, *, world_id: str, W: int = 4, K2: int | None = None) -> None:
         self.task = task
         B, R = task.grid
         placeholder = TreeWorld.build(world_id, task.task_id, task.baseline, [], (B, R))

@@ -15,10 +15,11 @@ import hashlib
 import math
 import random
 from dataclasses import dataclass
+from typing import Protocol
 
 from rsi_worker.dream.tree import Cell, TreeWorld
 
-__all__ = ["CellOutcome", "SimSearchTask", "SimTaskParams", "generate_world", "generate_worlds"]
+__all__ = ["CellOutcome", "SearchTask", "SimSearchTask", "SimTaskParams", "generate_world", "generate_worlds"]
 
 FAIL_CLASSES = ("compile_error", "timeout", "wrong_format")
 
@@ -46,6 +47,20 @@ class CellOutcome:
     fail_class: str | None
     error: str | None
     tokens: int
+
+
+class SearchTask(Protocol):
+    """A live search task: the task adapter a user provides (the sim's is :class:`SimSearchTask`)."""
+
+    task_id: str
+    baseline: float
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """``(branch_count, refine_count)`` the task allows."""
+
+    def evaluate(self, branch: int, attempt: int) -> CellOutcome:
+        """Generate and verify one attempt (called once per revealed cell)."""
 
 
 def _rng(seed: int, task_id: str, label: str) -> random.Random:
