@@ -194,11 +194,12 @@ def run_jobs(
 
 
 def _value(ep: ReplayEpisode, world: TreeWorld, params: EvalParams) -> float:
-    norm = make_normalizer(world.recorded_scores, world.baseline, "production")
+    norm = make_normalizer(world.recorded_scores, world.baseline, params.mode)
     return replay_value(ep, beta_cost=params.beta_cost, beta_par=params.par, norm=norm)
 
 
 def _quality(ep: ReplayEpisode, world: TreeWorld) -> float:
+    """q = the episode's best s̃ (always normalised: the Pareto points live in [0, 1]²)."""
     norm = make_normalizer(world.recorded_scores, world.baseline, "production")
     return max([norm(world.baseline), *(norm(s) for s in ep.revealed_scores)])
 
