@@ -13,8 +13,9 @@ docs/dream/README.md#measured).
    worlds, inline and on ``workers`` worker processes; the capacity-aware bound is
    max(Σ episode time / workers, the longest episode) from the inline episode times.
 4. **Sandbox overhead per episode**: the same episodes of a builtin policy in process and in the
-   forked child; the median of the differences, beside the median of a bare fork + exit + wait of
-   this process and the load average (on a shared machine the fork dominates and varies with load).
+   forked child (with and without the network namespace); the medians of the differences, beside
+   the median of a bare fork + exit + wait of this process and the load average (on a shared
+   machine the fork dominates and varies with load).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from rsi_worker.dream.devagent import dev_client
 from rsi_worker.dream.evaluate import EvalParams, InlineExecutor, PoolExecutor, run_job, sweep
 from rsi_worker.dream.policies import PolicyCode, builtin, incumbent_policy
 from rsi_worker.dream.replay import LiveQuestion, ReplayQuestion, run_episode
-from rsi_worker.dream.sandbox import SandboxSession
+from rsi_worker.dream.sandbox import SandboxLimits, SandboxSession
 from rsi_worker.dream.simtasks import SimSearchTask, generate_worlds
 
 __all__ = ["bench_dream"]
@@ -139,22 +140,31 @@ def _bare_fork_ms(n: int = 20) -> float:
 def _sandbox_overhead(episodes: int) -> dict[str, Any]:
     code = builtin("parallel_refine")
     ws = generate_worlds(11, episodes)
-    diffs, inproc = [], []
+    plain = SandboxLimits(network_namespace=False)
+    diffs, diffs_plain, inproc = [], [], []
+    network = ""
     for w in ws:
         t = time.perf_counter()
         with code.session() as s:
             a = run_episode(ReplayQuestion(w), s, 0.6)
         t1 = time.perf_counter()
-        with SandboxSession(code.source) as s:
-            b = run_episode(ReplayQuestion(w), s, 0.6)
+        with SandboxSession(code.source) as box:
+            b = run_episode(ReplayQuestion(w), box, 0.6)
+            network = box.network
         t2 = time.perf_counter()
-        assert a.to_json() == b.to_json()
+        with SandboxSession(code.source, plain) as box:
+            c = run_episode(ReplayQuestion(w), box, 0.6)
+        t3 = time.perf_counter()
+        assert a.to_json() == b.to_json() == c.to_json()
         inproc.append(t1 - t)
         diffs.append((t2 - t1) - (t1 - t))
+        diffs_plain.append((t3 - t2) - (t1 - t))
     return {
         "sandbox_episodes": episodes,
+        "sandbox_network_barrier": network,
         "sandbox_overhead_median_ms": round(statistics.median(diffs) * 1e3, 2),
         "sandbox_overhead_p90_ms": round(sorted(diffs)[int(0.9 * (len(diffs) - 1))] * 1e3, 2),
+        "sandbox_overhead_without_netns_median_ms": round(statistics.median(diffs_plain) * 1e3, 2),
         "inprocess_episode_median_ms": round(statistics.median(inproc) * 1e3, 2),
         "bare_fork_median_ms": _bare_fork_ms(),
         "load_average_1m": round(os.getloadavg()[0], 2),

@@ -77,6 +77,7 @@ class EvalParams:
                 "cpu_s": self.limits.cpu_s,
                 "memory_bytes": self.limits.memory_bytes,
                 "wall_s": self.limits.wall_s,
+                "network_namespace": self.limits.network_namespace,
             },
         }
 
@@ -90,7 +91,12 @@ class EvalParams:
             float(d["lam"]),
             tuple(float(b) for b in d["betas"]),
             d["mode"],
-            SandboxLimits(int(lim["cpu_s"]), int(lim["memory_bytes"]), float(lim["wall_s"])),
+            SandboxLimits(
+                int(lim["cpu_s"]),
+                int(lim["memory_bytes"]),
+                float(lim["wall_s"]),
+                bool(lim.get("network_namespace", True)),
+            ),
         )
 
 

@@ -289,6 +289,9 @@ class SandboxLimits:
     cpu_s: int = 10
     memory_bytes: int = 512 * 2**20
     wall_s: float = 10.0
+    network_namespace: bool = True
+    """Also enter a new network namespace when the kernel allows it (defense in depth: the descriptor
+    limit already makes every socket impossible; the namespace costs a few ms per episode)."""
 
 
 # -- the child ---------------------------------------------------------------------------------------
@@ -313,12 +316,20 @@ def _confine(rfd: int, wfd: int, limits: SandboxLimits) -> str:
     """Confine this (forked) process; returns the network barrier in force."""
     with open("/proc/self/statm", "rb") as f:
         vsz = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    try:
+        inherited = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc: every number up to the descriptor limit
+        inherited = list(range(2, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
     a = fcntl.fcntl(rfd, fcntl.F_DUPFD, 10)
     b = fcntl.fcntl(wfd, fcntl.F_DUPFD, 10)
     os.dup2(a, 0)
     os.dup2(b, 1)
-    os.closerange(2, max(a, b, 1024) + 1)
-    network = _unshare_net()
+    # every inherited descriptor (sockets, database files of the worker) is closed, whatever its number
+    for fd in {*inherited, a, b}:
+        if fd > 1:
+            with suppress(OSError):
+                os.close(fd)
+    network = _unshare_net() if limits.network_namespace else "nofile"
     for attr in ("socket", "create_connection", "socketpair", "fromfd", "create_server"):
         setattr(socket, attr, _refuse)
     for lim, value in (

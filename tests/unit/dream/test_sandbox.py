@@ -127,6 +127,27 @@ def test_confinement_blocks_files_and_sockets_whatever_the_code(tmp_path: Path) 
     socket.socket().close()
 
 
+def test_inherited_descriptors_are_closed_whatever_their_number() -> None:
+    sock = socket.socket()
+    high = 1500
+    os.dup2(sock.fileno(), high)
+    try:
+
+        def probe() -> str:
+            try:
+                os.fstat(high)
+                return "inherited socket reachable"
+            except OSError as exc:
+                return type(exc).__name__
+
+        assert run_confined(probe, ROOMY)[1] == "OSError"
+        assert run_confined(probe, SandboxLimits(network_namespace=False))[0] == "nofile"
+        os.fstat(high)  # still open in the parent
+    finally:
+        os.close(high)
+        sock.close()
+
+
 def test_a_dead_child_is_an_error_not_a_crash() -> None:
     def die() -> None:
         os._exit(3)
