@@ -10,7 +10,9 @@ docs/dream/README.md#measured).
    first cell scoring ≥ the target, or all it revealed when it never reaches it (counted in
    ``pistar_missed``). ``attempts_change_pct`` = 100·(Σ π★ − Σ π⁰)/Σ π⁰, the same for tokens.
 3. **Sweep wall**: the β sweep of π★ (as untrusted code, so sandboxed) over ``worlds`` generated
-   worlds, inline and on ``workers`` worker processes; the capacity-aware bound is
+   worlds, inline and fanned out as ``rsi.dream_episodes`` tasks on a private cluster of ``workers``
+   ``rsi worker`` processes × 1 thread (local worker processes when redis-server is missing), after
+   a warm-up sweep; the capacity-aware bound is
    max(Σ episode time / workers, the longest episode) from the inline episode times.
 4. **Sandbox overhead per episode**: the same episodes of a builtin policy in process and in the
    forked child (with and without the network namespace); the medians of the differences, beside
@@ -35,6 +37,7 @@ from rsi_worker.dream.policies import PolicyCode, builtin, incumbent_policy
 from rsi_worker.dream.replay import LiveQuestion, ReplayQuestion, run_episode
 from rsi_worker.dream.sandbox import SandboxLimits, SandboxSession
 from rsi_worker.dream.simtasks import SimSearchTask, generate_worlds
+from rsi_worker.dream.tree import TreeWorld
 
 __all__ = ["bench_dream"]
 
@@ -96,7 +99,37 @@ def _attempts(pi0: PolicyCode, star: PolicyCode, tasks: int) -> dict[str, Any]:
     }
 
 
+def _cluster_sweep(
+    code: PolicyCode, ws: list[TreeWorld], params: EvalParams, workers: int
+) -> tuple[float, Any]:
+    """The sweep on a private cluster (redis-server, ``workers`` ``rsi worker`` processes × 1 thread),
+    after a warm-up sweep of one β; ``(wall seconds, report)``."""
+    from rsi_common.config import Settings
+    from rsi_worker.cluster.app import create_app
+    from rsi_worker.cluster.dream_tasks import CeleryExecutor
+    from rsi_worker.local.embedded import EmbeddedCluster
+
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        EmbeddedCluster(Settings(home=Path(tmp)), workers=workers, concurrency=1, mode="embedded-redis") as c,
+    ):
+        c.wait_ready(60.0)
+        app = create_app(c.settings)
+        engine = make_engine(c.settings.database_url)
+        sessions = session_factory(engine)
+        try:
+            warm = EvalParams(betas=(0.5,))
+            sweep(code, "warm", ws[: 2 * workers], warm, CeleryExecutor(app, sessions, "bench", chunk=1))
+            t = time.perf_counter()
+            report = sweep(code, "s", ws, params, CeleryExecutor(app, sessions, "bench", chunk=2))
+            return time.perf_counter() - t, report
+        finally:
+            engine.dispose()
+
+
 def _sweep_wall(star: PolicyCode, worlds: int, workers: int) -> dict[str, Any]:
+    from rsi_worker.local.servers import redis_server_bin
+
     untrusted = PolicyCode(star.name, "# untrusted\n" + star.source, star.default_beta, star.W)
     ws = generate_worlds(7, worlds)
     params = EvalParams()
@@ -109,12 +142,18 @@ def _sweep_wall(star: PolicyCode, worlds: int, workers: int) -> dict[str, Any]:
     t = time.perf_counter()
     inline = sweep(untrusted, "s", ws, params, InlineExecutor())
     inline_s = time.perf_counter() - t
-    t = time.perf_counter()
-    dist = sweep(untrusted, "s", ws, params, PoolExecutor(workers))
-    dist_s = time.perf_counter() - t
+    if redis_server_bin() is not None:
+        executor = "celery"
+        dist_s, dist = _cluster_sweep(untrusted, ws, params, workers)
+    else:
+        executor = "processes"
+        t = time.perf_counter()
+        dist = sweep(untrusted, "s", ws, params, PoolExecutor(workers))
+        dist_s = time.perf_counter() - t
     bound = max(sum(times) / workers, max(times))
     return {
         "sweep_episodes": len(times),
+        "sweep_executor": executor,
         "sweep_inline_s": round(inline_s, 3),
         "sweep_distributed_s": round(dist_s, 3),
         "sweep_bound_s": round(bound, 3),
