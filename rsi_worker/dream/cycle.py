@@ -78,6 +78,41 @@ class CycleConfig:
     """Stop (status stays ``running``) after this phase: tests of resumption."""
 
 
+def _config_json(cfg: CycleConfig) -> dict[str, Any]:
+    tp = cfg.task_params
+    return {
+        "seed": cfg.seed,
+        "revisions": cfg.revisions,
+        "max_repairs": cfg.max_repairs,
+        "tie": cfg.tie,
+        "tol": cfg.tol,
+        "confirm_delta": cfg.confirm_delta,
+        "min_worlds": cfg.min_worlds,
+        "confirm": cfg.confirm,
+        "task_params": {
+            k: getattr(tp, k)
+            for k in ("branches", "refine", "baseline_lo", "baseline_hi", "span", "noise", "fail_rate")
+        },
+        "params": cfg.params.to_json(),
+    }
+
+
+def _config_from(d: dict[str, Any], *, stop_after: str | None) -> CycleConfig:
+    return CycleConfig(
+        seed=int(d["seed"]),
+        revisions=int(d["revisions"]),
+        max_repairs=int(d["max_repairs"]),
+        tie=str(d["tie"]),
+        tol=float(d["tol"]),
+        confirm_delta=float(d["confirm_delta"]),
+        min_worlds=int(d["min_worlds"]),
+        task_params=SimTaskParams(**d["task_params"]),
+        params=EvalParams.from_json(d["params"]),
+        confirm=bool(d["confirm"]),
+        stop_after=stop_after,
+    )
+
+
 def in_selection(task_id: str) -> bool:
     """Production split: the selection half iff ``int(sha256(task_id), 16) % 2 == 1``."""
     return int(hashlib.sha256(task_id.encode()).hexdigest(), 16) % 2 == 1
@@ -140,6 +175,7 @@ def _open(factory: sessionmaker[Session], agent_id: str, cfg: CycleConfig) -> tu
             "seed": cfg.seed,
             "incumbent": incumbent.to_json(),
             "params": cfg.params.to_json(),
+            "config": _config_json(cfg),
         }
         s.add(
             DreamCycleRow(id=cycle_id, agent_id=agent_id, iteration=iteration, status="running", state=state)
@@ -316,8 +352,10 @@ def run_cycle(
     """Run (or resume) the agent's cycle to its end or to ``cfg.stop_after``; the final state with
     ``cycle_id`` and ``status``."""
     cfg = cfg or CycleConfig()
-    tasks = task_factory or (lambda tid: SimSearchTask(cfg.seed, tid, cfg.task_params))
     cycle_id, state = _open(factory, agent_id, cfg)
+    if "config" in state:  # a resumed cycle keeps the configuration it started with
+        cfg = _config_from(state["config"], stop_after=cfg.stop_after)
+    tasks = task_factory or (lambda tid: SimSearchTask(cfg.seed, tid, cfg.task_params))
     ex = executor or (executor_for(cycle_id) if executor_for is not None else InlineExecutor())
     store = SqlEpisodeStore(factory, cycle_id)
     status = "running"

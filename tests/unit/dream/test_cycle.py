@@ -97,7 +97,8 @@ def test_no_confirmation_hook_is_pending_and_interrupted_cycle_resumes_identical
     for phase in ("deploy", "develop", "select", "sweep"):
         part = run_cycle(factory, "agent-r", Scripted(), CycleConfig(**{**cfg.__dict__, "stop_after": phase}))
         assert part["status"] == "running" and part["phase"] != "done"
-    resumed = run_cycle(factory, "agent-r", Scripted(), cfg)
+    # resumed with other options: the cycle keeps the configuration it started with
+    resumed = run_cycle(factory, "agent-r", Scripted(), CycleConfig(seed=7, confirm=True))
     other = make_engine("sqlite://")
     upgrade(other)
     whole = run_cycle(session_factory(other), "agent-r", Scripted(), cfg)
