@@ -340,6 +340,9 @@ def _confine(rfd: int, wfd: int, limits: SandboxLimits) -> str:
         (resource.RLIMIT_NPROC, (0, 0)),
         (resource.RLIMIT_NOFILE, (2, 2)),
     ):
+        _, ceiling = resource.getrlimit(lim)
+        if ceiling != resource.RLIM_INFINITY:  # never above what the worker itself may use
+            value = (min(value[0], ceiling), min(value[1], ceiling))
         resource.setrlimit(lim, value)
     return network
 
