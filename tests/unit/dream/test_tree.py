@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -95,3 +96,15 @@ def test_generator_is_seeded_and_agrees_with_the_live_task() -> None:
         assert (out.score, out.valid, out.tokens) == (c.score, c.valid, c.tokens)
         assert (c.score is None) == (not c.valid)
     assert any(not c.valid for c in a.cells) and a.best_score > a.baseline
+
+
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "dream" / "worlds-v1.jsonl"
+
+
+def test_golden_v1_file_still_reads_and_the_generator_still_draws_it(toy: TreeWorld) -> None:
+    """``tests/golden/dream/worlds-v1.jsonl``: the format and the seeded generator may not drift."""
+    from rsi_worker.dream.simtasks import SimTaskParams
+
+    got = [w for _, w in read_lines(GOLDEN.read_text(encoding="utf-8").splitlines())]
+    assert got[0] == toy
+    assert got[1] == generate_world(1, "golden-task", SimTaskParams(branches=3, refine=1))
