@@ -338,6 +338,34 @@ def _promote(factory: sessionmaker[Session], agent_id: str, cycle_id: str, code:
         return new.version
 
 
+def _finish(
+    factory: sessionmaker[Session],
+    agent_id: str,
+    cycle_id: str,
+    state: dict[str, Any],
+    cfg: CycleConfig,
+    tasks: TaskFactory,
+) -> str:
+    """Steps 5–6: the status, the next β and, when confirmed, the promotion. Idempotent: a repeated
+    promotion finds its content-addressed version stored, a repeated tree its world id."""
+    if state["m_star"] == 0:
+        status = "kept"
+    elif not cfg.confirm:
+        status = "pending_confirmation"
+    else:
+        status = _confirm(state, cfg, tasks)
+    state["next_beta"] = _next_beta(factory, agent_id, state)
+    if status == "promoted":
+        winner = PolicyCode.from_json(state["versions"][state["m_star"]]).with_beta(
+            state["next_beta"]["beta"]
+        )
+        state["promoted_version"] = _promote(factory, agent_id, cycle_id, winner)
+    if "confirm_tree" in state:
+        with factory.begin() as s:
+            add_dream_world(s, agent_id, state.pop("confirm_tree"), origin="live", cycle_id=cycle_id)
+    return status
+
+
 def run_cycle(
     factory: sessionmaker[Session],
     agent_id: str,
@@ -410,21 +438,7 @@ def run_cycle(
         if phase_done("sweep", "confirm"):
             return {**state, "cycle_id": cycle_id, "status": status}
     if state["phase"] == "confirm":
-        if state["m_star"] == 0:
-            status = "kept"
-        elif not cfg.confirm:
-            status = "pending_confirmation"
-        else:
-            status = _confirm(state, cfg, tasks)
-        state["next_beta"] = _next_beta(factory, agent_id, state)
-        if status == "promoted":
-            winner = PolicyCode.from_json(state["versions"][state["m_star"]]).with_beta(
-                state["next_beta"]["beta"]
-            )
-            state["promoted_version"] = _promote(factory, agent_id, cycle_id, winner)
-        if "confirm_tree" in state:
-            with factory.begin() as s:
-                add_dream_world(s, agent_id, state.pop("confirm_tree"), origin="live", cycle_id=cycle_id)
+        status = _finish(factory, agent_id, cycle_id, state, cfg, tasks)
         progress(f"cycle {cycle_id}: {status}; next default beta {state['next_beta']['beta']}")
         state["phase"] = "done"
         save(status)
