@@ -75,6 +75,7 @@ __all__ = [
     "TASK_DRAFT_CANDIDATE",
     "TASK_EVOLVE_STEP",
     "TASK_EVOLVE_TRIAL",
+    "TASK_DREAM_EPISODES",
     "TASK_JUDGE_ROUND",
     "TASK_QUEUES",
     "TASK_REPLAY_TRIAL",
@@ -122,10 +123,14 @@ TASK_EVOLVE_STEP = "rsi.evolve_step"
 """``evolve_step(results, name)``: one step of an offline evolve run (a chain link and chord body)."""
 TASK_EVOLVE_TRIAL = "rsi.evolve_trial"
 """``evolve_trial(name, spec)``: one trial of an evolve run (a chord member)."""
+
+TASK_DREAM_EPISODES = "rsi.dream_episodes"
+"""A chunk of Dream replay episodes (docs/dream/evaluation.md#fan-out)."""
 TASK_QUEUES: Mapping[str, str] = {
     TASK_CONSOLIDATE: QUEUE_CONSOLIDATE,
     TASK_DRAFT_CANDIDATE: QUEUE_CONSOLIDATE,
     TASK_SWEEP: QUEUE_CONSOLIDATE,
+    TASK_DREAM_EPISODES: QUEUE_REPLAY,
     TASK_REPLAY_TRIAL: QUEUE_REPLAY,
     TASK_AFTER_INCUMBENT: QUEUE_JUDGE,
     TASK_JUDGE_ROUND: QUEUE_JUDGE,

@@ -15,7 +15,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from rsi_worker.commands import admin, batch, bench, cluster, db, harness, loadtest, service, worlds
+from rsi_worker.commands import admin, batch, bench, cluster, db, dream, harness, loadtest, service, worlds
 from rsi_worker.commands import evolve as evolve_cmd
 from rsi_worker.commands.common import cli_errors
 
@@ -41,6 +41,7 @@ app.add_typer(db.db, name="db")
 app.add_typer(bench.bench, name="bench")
 app.add_typer(worlds.worlds, name="worlds")
 app.add_typer(harness.harness, name="harness")
+app.add_typer(dream.dream, name="dream")
 evolve_cmd.register(app)
 
 

@@ -32,6 +32,7 @@ from rsi_common.config import Settings
 from rsi_common.coord import DELIVERY_TTL_S
 from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUE_JUDGE, QUEUES, TASK_QUEUES, TASK_SWEEP, celery_queue
 from rsi_common.errors import SettingsError
+from rsi_worker.cluster.dream_tasks import register_dream
 from rsi_worker.cluster.events import BriefAMQP, BriefTask, QueueEvents, connect_queue_events
 from rsi_worker.cluster.tasks import register
 from rsi_worker.cluster.worker import WorkerContext
@@ -125,6 +126,7 @@ def create_app(settings: Settings, *, name: str = "rsi") -> Celery:
     connect_task_context()
     connect_queue_events()
     register(app, ctx)
+    register_dream(app, ctx)
     return app
 
 

@@ -239,7 +239,7 @@ RSI_WORKER_LAYERS: Mapping[str, frozenset[str]] = {
     "rsi_worker.consolidate": frozenset({"rsi_worker.roles", "rsi_worker.gate", "rsi_worker.observability"}),
     "rsi_worker.runtime": frozenset({"rsi_worker.consolidate", "rsi_worker.observability"}),
     "rsi_worker.cluster": frozenset({"rsi_worker.consolidate", "rsi_worker.runtime",
-                                     "rsi_worker.observability", "rsi_worker.evolve"}),
+                                     "rsi_worker.observability", "rsi_worker.evolve", "rsi_worker.dream"}),
     "rsi_worker.jobs": frozenset({"rsi_worker.consolidate", "rsi_worker.runtime",
                                   "rsi_worker.observability"}),
     "rsi_worker.local": frozenset({"rsi_worker.cluster", "rsi_worker.runtime", "rsi_worker.observability"}),
@@ -247,7 +247,9 @@ RSI_WORKER_LAYERS: Mapping[str, frozenset[str]] = {
                                     "rsi_worker.runtime", "rsi_worker.observability"}),
     "rsi_worker.bench": frozenset({"rsi_worker.consolidate", "rsi_worker.roles", "rsi_worker.gate",
                                    "rsi_worker.runtime", "rsi_worker.jobs", "rsi_worker.local",
-                                   "rsi_worker.cluster", "rsi_worker.observability", "rsi_worker.evolve"}),
+                                   "rsi_worker.cluster", "rsi_worker.observability", "rsi_worker.evolve",
+                                   "rsi_worker.dream"}),
+    "rsi_worker.dream": frozenset({"rsi_worker.observability"}),
 }
 """The rooms of ``rsi_worker`` a room may import (docs/dev/layout.md); ``commands`` and ``cli`` may
 import every room, and no room imports them."""
