@@ -1,7 +1,7 @@
 """Dream-RSI trees, cycles and episodes (docs/dream/worlds.md#storage).
 
 Revision ID: 0007_dream
-Revises: 0005_conversations
+Revises: 0006_evolve
 
 """
 
