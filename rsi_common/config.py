@@ -261,6 +261,9 @@ class Settings(BaseSettings):
     """Admin pin: a harness directory or ``builtin:<name>`` (docs/formats.md §5.4)."""
     record_world: bool = True
     """World capture on/off (docs/formats.md §4.1)."""
+    record_retry_s: float = Field(10.0, ge=0, le=600)
+    """Seconds ``record_turn`` / ``record_signals`` retry a transient database error before the host
+    sees ``TurnNotStored`` (0: no retry; docs/operations/failure-recovery.md#host-retries)."""
 
     default_provider: ProviderName = "sim"
     """Provider of an agent whose turns name none."""
