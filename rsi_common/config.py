@@ -300,7 +300,7 @@ class Settings(BaseSettings):
     """Redis broker visibility timeout; must exceed the hard time limit."""
     max_redeliveries: int = Field(3, ge=0)
     """A task redelivered more often than this is answered with a structured failure."""
-    sweep_interval_s: float = Field(30.0, gt=0)
+    sweep_interval_s: float = Field(15.0, gt=0)
     """Period of the sweeper (Celery beat)."""
     metrics_port: int | None = Field(None, ge=1, le=65535)
     """Port of the worker's Prometheus endpoint (1..65535); ``None`` = off."""

@@ -39,6 +39,7 @@ from rsi_common.dispatch import (
     TASK_SWEEP,
 )
 from rsi_common.stored import error_record
+from rsi_worker.cluster.heartbeat import Heartbeat
 from rsi_worker.cluster.join import claim_dispatch, claim_step, claim_ttl_s
 from rsi_worker.cluster.middleware import (
     REDELIVERED_TOO_OFTEN,
@@ -141,9 +142,10 @@ def _slot_brief(slot: Any) -> dict[str, Any]:
 
 def register(app: Celery, ctx: WorkerContext, chain: list[Middleware] | None = None) -> None:
     """Register rsi-worker's tasks on ``app``, each wrapped in ``chain`` (default:
-    :func:`~rsi_worker.cluster.middleware.default_chain`); task names are part of the wire contract
+    :func:`~rsi_worker.cluster.middleware.default_chain` and the run heartbeat,
+    :mod:`rsi_worker.cluster.heartbeat`); task names are part of the wire contract
     (``rsi_common.dispatch``)."""
-    chain = default_chain(ctx) if chain is None else chain
+    chain = [*default_chain(ctx), Heartbeat(ctx)] if chain is None else chain
 
     def settle(call: TaskCall, exc: BaseException, *, lease: Lease | None = None) -> str:
         """A run step's answer after ``exc`` (or the cap): close the run through ``flow.fail_run``."""
