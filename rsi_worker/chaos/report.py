@@ -1,10 +1,13 @@
 """The fault report of ``rsi loadtest --chaos`` (docs/operations/chaos.md), read back from SQL and Redis
 after the load drained.
 
-* **Recovery time of a fault**: the agents that had a ``running`` run when it struck are *affected*;
-  an affected agent is live again at the first finish, after the fault, of one of its runs that did
-  not end ``interrupted`` (a decision was made again). The fault's recovery time is the latest of its
-  agents' (0 when it affected none); an agent never live again makes the fault *unrecovered*.
+* **Recovery time of a fault** (:func:`live_again_s`): the agents that had a ``running`` run when it
+  struck are *affected*; an affected agent is consolidating again when the run the fault hit went on
+  (not ``interrupted``: 0 s) or when a run of it started after the fault that did not end
+  ``interrupted``. The fault's recovery time is the latest of its agents' (0 when it affected none);
+  an agent never consolidating again makes the fault *unrecovered*.
+* **Decided again** (:func:`recovery_s`): until each affected agent's next decision was written (a
+  run not ``interrupted`` finished after the fault) — recovery plus a run's length and queue wait.
 * **Double adoptions**: adopted runs of one agent from the same start version beyond the first (two
   runs both replacing one parent; the fenced write must make this 0).
 * **Interrupted / re-run**: runs closed ``interrupted``, and of their turns those a later run took
@@ -29,7 +32,7 @@ from rsi_common.db import RunRow, make_engine
 from rsi_worker.chaos.faults import Fault
 from rsi_worker.jobs.loadtest import stats_ms
 
-__all__ = ["RunFacts", "chaos_report", "chaos_rows", "read_runs", "recovery_s"]
+__all__ = ["RunFacts", "chaos_report", "chaos_rows", "live_again_s", "read_runs", "recovery_s"]
 
 RunFacts = tuple[str, str, str, float, float | None, str | None, str | None, int | None]
 """``(id, agent, status, started_at, finished_at, io_id, start_version, fence)``, epoch seconds."""
@@ -63,6 +66,23 @@ def recovery_s(fault: Fault, runs: Sequence[RunFacts]) -> float | None:
     return worst
 
 
+def live_again_s(fault: Fault, runs: Sequence[RunFacts]) -> float | None:
+    """Seconds until every agent the fault affected was consolidating again: its run that was
+    running when the fault struck went on (it did not end ``interrupted``: 0), or a run of it that
+    started after the fault did not end ``interrupted``. ``None``: an affected agent never was."""
+    hit = {run_id for run_id, _ in fault.running}
+    worst = 0.0
+    for agent in {agent for _, agent in fault.running}:
+        mine = [r for r in runs if r[1] == agent and r[2] != "interrupted"]
+        if any(r[0] in hit for r in mine):
+            continue
+        later = [r[3] for r in mine if r[3] >= fault.at]
+        if not later:
+            return None
+        worst = max(worst, min(later) - fault.at)
+    return worst
+
+
 def _leftovers(client: redis.Redis, runs: Sequence[RunFacts]) -> dict[str, int]:
     running = {(a, fe) for _, a, s, _, _, _, _, fe in runs if s == "running"}
     closed = {i for i, _, s, _, _, _, _, _ in runs if s != "running"}
@@ -91,9 +111,11 @@ def chaos_report(db_url: str, client: redis.Redis, faults: Sequence[Fault], pref
     runs = read_runs(db_url, prefix)
     per_fault = []
     for fault in faults:
-        rec = recovery_s(fault, runs)
-        per_fault.append({**fault.to_json(), "recovery_s": None if rec is None else round(rec, 3)})
+        rec, live = recovery_s(fault, runs), live_again_s(fault, runs)
+        per_fault.append({**fault.to_json(), "recovery_s": None if live is None else round(live, 3),
+                          "decided_again_s": None if rec is None else round(rec, 3)})
     recovered = [f["recovery_s"] for f in per_fault if f["recovery_s"] is not None]
+    decided = [f["decided_again_s"] for f in per_fault if f["decided_again_s"] is not None]
     adopted = Counter((a, sv) for _, a, s, _, _, _, sv, _ in runs if s == "adopted")
     interrupted = [(a, io, st) for _, a, s, st, _, io, _, _ in runs if s == "interrupted"]
     by_io: dict[tuple[str, str | None], list[float]] = defaultdict(list)
@@ -106,6 +128,7 @@ def chaos_report(db_url: str, client: redis.Redis, faults: Sequence[Fault], pref
         "faults_injected": dict(Counter(f.kind for f in faults if f.error is None)),
         "faults_failed": sum(1 for f in faults if f.error is not None),
         "recovery": {**stats_ms(recovered), "unrecovered": len(per_fault) - len(recovered)},
+        "decided_again": {**stats_ms(decided), "never": len(per_fault) - len(decided)},
         "turns_lost_at_host": int(turns.get("failed", 0)),
         "turns_lost_after_recording": int(load.get("lost", {}).get("lost_turns", 0)),
         "double_adoptions": sum(n - 1 for n in adopted.values() if n > 1),
@@ -126,6 +149,8 @@ def chaos_rows(section: dict[str, Any]) -> list[tuple[str, str]]:
          + (f" ({section['faults_failed']} failed)" if section["faults_failed"] else "")),
         ("chaos: recovery per fault", f"p50 {rec.get('p50_ms', '-')} ms, p99 {rec.get('p99_ms', '-')} ms, "
                                       f"max {rec.get('max_ms', '-')} ms; unrecovered {rec['unrecovered']}"),
+        ("chaos: next decision per fault", f"p50 {section['decided_again'].get('p50_ms', '-')} ms, "
+                                           f"p99 {section['decided_again'].get('p99_ms', '-')} ms"),
         ("chaos: turns lost at the host", str(section["turns_lost_at_host"])),
         ("chaos: double adoptions", str(section["double_adoptions"])),
         ("chaos: runs interrupted / re-run", f"{section['runs_interrupted']} / {section['runs_rerun']}"),

@@ -6,7 +6,7 @@ import pytest
 
 from rsi_common.errors import InvalidInput
 from rsi_worker.chaos.faults import ChaosPlan, Fault
-from rsi_worker.chaos.report import RunFacts, recovery_s
+from rsi_worker.chaos.report import RunFacts, live_again_s, recovery_s
 
 
 def test_the_plan_spreads_each_kind_over_the_middle_of_the_load() -> None:
@@ -29,3 +29,11 @@ def test_recovery_waits_for_every_affected_agent_to_decide_again() -> None:
     assert recovery_s(fault, runs) == 80.0
     assert recovery_s(fault, runs[:1] + runs[2:]) is None  # a never decided again: unrecovered
     assert recovery_s(Fault("kill", 100.0), runs) == 0.0  # nothing was running
+
+
+def test_an_agent_is_live_again_when_its_run_went_on_or_a_later_run_was_not_interrupted() -> None:
+    fault = Fault("kill", 100.0, running=[("run-a-90", "a"), ("run-b-95", "b")])
+    runs = [run("a", "interrupted", 90, 170), run("a", "adopted", 171, 180),
+            run("b", "kept", 95, 104)]
+    assert live_again_s(fault, runs) == 71.0  # b's run went on (0); a's next run started at 171
+    assert live_again_s(fault, runs[:1] + runs[2:]) is None
