@@ -56,7 +56,7 @@ from rsi_common.db.record import (
     unmarked,
 )
 from rsi_common.dispatch import Dispatcher, KombuDispatcher, redis_py_url
-from rsi_common.errors import CredentialError, InvalidInput, SettingsError
+from rsi_common.errors import CredentialError, InvalidInput, SettingsError, TurnNotStored
 from rsi_common.handoff import COORD_ERRORS, trigger_consolidation
 from rsi_common.harness import H0_VERSION, Harness, diff_trees, h0, materialize, resolve_harness, workspace_of
 from rsi_common.harness.bundled import HarnessLabel
@@ -65,6 +65,7 @@ from rsi_common.host_input import ParsedTurn, check_plan, check_signals, parse_t
 from rsi_common.invalidation import HarnessCache, InvalidationListener
 from rsi_common.kernel import EventSink, RetryPolicy, TurnPlan, TurnResult, run_turn
 from rsi_common.llm import ModelClient
+from rsi_common.record_retry import HANDOFF_BUDGET_S, RetryBudget, retry_write
 from rsi_common.stored import safe_reason
 
 __all__ = [
@@ -306,6 +307,8 @@ class RsiClient:
         pool_size: database connections the client's own engine keeps (default
             :data:`~rsi_common.db.engine.DEFAULT_POOL_SIZE`); give at least the number of threads
             that record at once. Ignored when ``engine`` is given.
+        record_retry_s: seconds a transient database error of the record path is retried
+            (default ``settings.record_retry_s``; :mod:`rsi_common.record_retry`).
 
     Raises:
         SettingsError: ``redis`` or ``dispatcher`` is missing and ``settings.redis_url`` is unset.
@@ -322,12 +325,19 @@ class RsiClient:
         retention_every: int = RETENTION_EVERY,
         mark_delay_s: float = MARK_DELAY_S,
         pool_size: int | None = None,
+        record_retry_s: float | None = None,
     ) -> None:
         if (redis is None or dispatcher is None) and not settings.redis_url:
             raise SettingsError("RSI_REDIS_URL is not set: set it, or pass redis= and dispatcher= "
                                 "(e.g. fakeredis and a memory:// KombuDispatcher in the embedded mode)")
         if retention_every < 1 or not mark_delay_s >= 0:
             raise InvalidInput("retention_every must be >= 1 and mark_delay_s >= 0")
+        retry_s = settings.record_retry_s if record_retry_s is None else record_retry_s
+        if not 0 <= retry_s <= 600:
+            raise InvalidInput("record_retry_s must be between 0 and 600")
+        self._budget = RetryBudget(float(retry_s))
+        self._sleep: Callable[[float], None] = time.sleep
+        """Waits between record attempts (tests replace it to restart a server in the pause)."""
         self.settings = settings
         self.trajectory_retention = trajectory_retention
         self.retention_every = retention_every
@@ -371,6 +381,10 @@ class RsiClient:
         ``mark_delay_s`` (:meth:`flush_marks` writes it at once). Recording the same ``io_id`` again
         stores nothing new and triggers again.
 
+        A transient database error (server restarting, connection dropped, SQLite locked) is retried
+        with backoff for ``record_retry_s``; a hand-off that found Redis or the broker unreachable
+        for ``HANDOFF_BUDGET_S`` (:mod:`rsi_common.record_retry`).
+
         Args:
             agent_id: the agent (created on its first turn).
             turn: a ``TurnResult`` or a turn mapping (:mod:`rsi_common.host_input`).
@@ -384,18 +398,25 @@ class RsiClient:
             InputLimitError: an id, size, depth, number or character breaks the input boundary
                 (docs/security/input-boundary.md; ``WorldLimitError`` inside the world); nothing is stored.
             InvalidInput: any other malformed input; nothing is stored.
-            sqlalchemy.exc.SQLAlchemyError: the database failed; nothing is stored.
+            TurnNotStored: the database kept failing for ``record_retry_s``; nothing is stored.
+            sqlalchemy.exc.SQLAlchemyError: a database error that is not transient; nothing is stored.
         """
         parsed = parse_turn(agent_id, turn, record_world=self.settings.record_world)
         if parsed.own_loop:
             return self._record_without_world(agent_id, parsed, skipped=True)
         if parsed.world is None:
             return self._record_without_world(agent_id, parsed, skipped=False)
-        with self._write() as conn:
-            agent, stored = record_world_turn(
-                conn, agent_id, parsed.world, parsed.signals, parsed.trajectory,
-                world_retention=self.settings.world_retention, trajectory_retention=self.trajectory_retention,
-                retention_every=self.retention_every)
+        world = parsed.world
+
+        def write() -> tuple[Any, Any]:
+            with self._write() as conn:
+                return record_world_turn(
+                    conn, agent_id, world, parsed.signals, parsed.trajectory,
+                    world_retention=self.settings.world_retention,
+                    trajectory_retention=self.trajectory_retention, retention_every=self.retention_every)
+
+        agent, stored = retry_write(write, self._budget, agent_id=agent_id, io_id=parsed.io_id,
+                                    sleep=self._sleep)
         recorded = RecordedTurn(stored.id, stored.io_id, stored.seq, stored.replayable, "frozen")
         return recorded if agent.frozen else self._hand_off(agent_id, recorded)
 
@@ -427,15 +448,24 @@ class RsiClient:
         self._marks.flush()
 
     def _record_without_world(self, agent_id: str, parsed: ParsedTurn, *, skipped: bool) -> RecordedTurn:
-        with self._write() as conn:
-            record_bare_turn(conn, agent_id, parsed.trajectory,
-                             skipped_reason=OWN_LOOP_REASON if skipped else None,
-                             io_id=parsed.io_id, trajectory_retention=self.trajectory_retention,
-                             run_retention=self.settings.run_retention, retention_every=self.retention_every)
+        def write() -> None:
+            with self._write() as conn:
+                record_bare_turn(conn, agent_id, parsed.trajectory,
+                                 skipped_reason=OWN_LOOP_REASON if skipped else None,
+                                 io_id=parsed.io_id, trajectory_retention=self.trajectory_retention,
+                                 run_retention=self.settings.run_retention,
+                                 retention_every=self.retention_every)
+
+        retry_write(write, self._budget, agent_id=agent_id, io_id=parsed.io_id, sleep=self._sleep)
         return RecordedTurn(None, parsed.io_id, None, False, "skipped" if skipped else "off")
 
     def _hand_off(self, agent_id: str, recorded: RecordedTurn) -> RecordedTurn:
         handoff = trigger_consolidation(self.coord, self.dispatcher, agent_id, recorded.io_id)
+        for delay in RetryBudget(min(HANDOFF_BUDGET_S, self._budget.total_s)).delays():
+            if handoff.outcome != "deferred":
+                break
+            self._sleep(delay)  # Redis or the broker restarting: the turn is stored, try the trigger again
+            handoff = trigger_consolidation(self.coord, self.dispatcher, agent_id, recorded.io_id)
         if handoff.handed_off and recorded.world_id is not None:
             self._marks.add(recorded.world_id)
         return dataclasses.replace(recorded, dispatched=handoff.outcome, task_id=handoff.task_id)
@@ -453,21 +483,28 @@ class RsiClient:
                 or malformed signals (named ``signals.<key>``).
             InputLimitError: an id breaks the id grammar, or a signal the input boundary.
             CredentialError: a signal looks like a credential.
+            TurnNotStored: the database kept failing for ``record_retry_s``; nothing is stored.
         """
         check_id(agent_id, "agent_id")
         check_id(io_id, "io_id")
         clean = check_signals(signals)
-        marks = self._marks.take(due_only=False)
-        try:
-            with self._sessions.begin() as s:
-                recorded, frozen = self._store_signals(s, agent_id, io_id, clean)
-                # the clear supersedes this world's pending mark: it must not be written after it
-                rest = marks if frozen else [m for m in marks if m != recorded.world_id]
-                skipped = _mark(s.connection(), rest) if rest else []
-        except BaseException:
-            self._marks.restore(marks)
-            raise
-        self._marks.restore(skipped)
+
+        def write() -> tuple[RecordedTurn, bool]:
+            marks = self._marks.take(due_only=False)
+            try:
+                with self._sessions.begin() as s:
+                    recorded, frozen = self._store_signals(s, agent_id, io_id, clean)
+                    # the clear supersedes this world's pending mark: it must not be written after it
+                    rest = marks if frozen else [m for m in marks if m != recorded.world_id]
+                    skipped = _mark(s.connection(), rest) if rest else []
+            except BaseException:
+                self._marks.restore(marks)
+                raise
+            self._marks.restore(skipped)
+            return recorded, frozen
+
+        recorded, frozen = retry_write(write, self._budget, agent_id=agent_id, io_id=io_id,
+                                       sleep=self._sleep)
         return recorded if frozen else self._hand_off(agent_id, recorded)
 
     def _store_signals(self, s: Session, agent_id: str, io_id: str,
@@ -767,6 +804,8 @@ class RsiClient:
             reason = f"not recorded: {safe_reason(exc, 200)}"
             if isinstance(exc, SQLAlchemyError):
                 reason = f"not recorded: database error {type(exc).__name__}"
+            elif isinstance(exc, TurnNotStored):
+                reason = f"not recorded: database error {exc.error}"
             log.error("agent %s: turn not recorded: %s", agent_id, type(exc).__name__)
             result.recorded, result.record_error = False, reason
             return result

@@ -261,6 +261,9 @@ class Settings(BaseSettings):
     """Admin pin: a harness directory or ``builtin:<name>`` (docs/formats.md §5.4)."""
     record_world: bool = True
     """World capture on/off (docs/formats.md §4.1)."""
+    record_retry_s: float = Field(10.0, ge=0, le=600)
+    """Seconds ``record_turn`` / ``record_signals`` retry a transient database error before the host
+    sees ``TurnNotStored`` (0: no retry; docs/operations/failure-recovery.md#host-retries)."""
 
     default_provider: ProviderName = "sim"
     """Provider of an agent whose turns name none."""
@@ -297,7 +300,7 @@ class Settings(BaseSettings):
     """Redis broker visibility timeout; must exceed the hard time limit."""
     max_redeliveries: int = Field(3, ge=0)
     """A task redelivered more often than this is answered with a structured failure."""
-    sweep_interval_s: float = Field(30.0, gt=0)
+    sweep_interval_s: float = Field(15.0, gt=0)
     """Period of the sweeper (Celery beat)."""
     metrics_port: int | None = Field(None, ge=1, le=65535)
     """Port of the worker's Prometheus endpoint (1..65535); ``None`` = off."""

@@ -38,6 +38,7 @@ __all__ = [
     "ServiceUnavailable",
     "SettingsError",
     "TamperError",
+    "TurnNotStored",
     "UnknownAgentError",
     "UnknownVersionError",
     "WorldError",
@@ -142,6 +143,18 @@ class BrokerUnavailable(InfrastructureError):
 class ServiceUnavailable(InfrastructureError):
     """The rsi-worker service could not be reached, or kept answering 429 / 5xx, after the client's
     retries (``rsi_common.http_client``)."""
+
+
+class TurnNotStored(InfrastructureError):
+    """A host's turn could not be stored: the database kept failing with a transient error for the
+    whole retry budget (``rsi_common.record_retry``). Nothing of the turn is stored; recording it
+    again later is safe (idempotent by io id). The message names the agent, the io id and the error
+    class, never a value of the turn; the database error is the ``__cause__``."""
+
+    def __init__(self, agent_id: str, io_id: str, error: str, attempts: int, seconds: float) -> None:
+        super().__init__(f"turn {io_id!r} of agent {agent_id!r} was not stored: database error {error} "
+                         f"after {attempts} attempt(s) in {seconds:.1f} s")
+        self.agent_id, self.io_id, self.error, self.attempts = agent_id, io_id, error, attempts
 
 
 class ModelError(RsiError):

@@ -19,7 +19,10 @@ expired entry is revalidated with ``If-None-Match`` (a 304 costs no payload).
 
 **Retries.** Connection errors, timeouts, 429 (after ``Retry-After``, capped) and 502/503/504 are
 retried ``retries`` times with exponential backoff from ``backoff_s``; recording is idempotent per
-``io_id``, so a retried request never stores a turn twice. Then :class:`ServiceUnavailable` is raised.
+``io_id``, so a retried request never stores a turn twice. The two record calls keep retrying (backoff
+capped at :data:`MAX_BACKOFF_S`) until ``record_retry_s`` is spent — long enough for the service to
+ride out a database or Redis restart (a 503 while its own retries run out). Then
+:class:`ServiceUnavailable` is raised; for a record call its message says the turn was not stored.
 
 **Errors** are the library's: a problem document of an input error is raised as the class it names
 (``WorldError``, ``CredentialError``, ``InputLimitError``, ``UnknownAgentError``, …) with the
@@ -54,6 +57,8 @@ log = logging.getLogger(__name__)
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 MAX_RETRY_AFTER_S = 30.0
+MAX_BACKOFF_S = 2.0
+"""Longest single backoff of the record calls' time-budgeted retries."""
 STREAM_READ_TIMEOUT_S = 45.0
 """The server sends a keep-alive every 15 s; three missed ones mean the stream is dead."""
 
@@ -82,6 +87,7 @@ class RsiHttpClient:
         timeout_s: connect / read timeout of one request.
         retries: retries of a failed request (module docstring).
         backoff_s: the first retry delay; doubled per retry (0 in tests).
+        record_retry_s: seconds ``record_turn`` / ``record_signals`` keep retrying (module docstring).
         cache_ttl_s: seconds a harness is served from the cache (0: no cache).
         listen: hold the event stream that invalidates the cache (started on the first
             :meth:`current_harness`, or by :meth:`start_listener`).
@@ -98,6 +104,7 @@ class RsiHttpClient:
         timeout_s: float = 10.0,
         retries: int = 3,
         backoff_s: float = 0.2,
+        record_retry_s: float = 30.0,
         cache_ttl_s: float = 15.0,
         listen: bool = True,
         record_world: bool = True,
@@ -108,6 +115,9 @@ class RsiHttpClient:
             raise InvalidInput("token: give the service API token (scope host)")
         self.base_url = base_url.rstrip("/")
         self.retries, self.backoff_s = retries, backoff_s
+        if not 0 <= record_retry_s <= 600:
+            raise InvalidInput("record_retry_s must be between 0 and 600")
+        self.record_retry_s = float(record_retry_s)
         self.record_world, self.model_retry = record_world, model_retry
         headers = {"Authorization": f"Bearer {token}", "User-Agent": "rsi-http-client/1"}
         self._http = httpx.Client(
@@ -135,15 +145,20 @@ class RsiHttpClient:
     # --- requests --------------------------------------------------------------------------------
 
     def _request(
-        self, method: str, path: str, *, body: Any = None, headers: Mapping[str, str] | None = None
+        self, method: str, path: str, *, body: Any = None, headers: Mapping[str, str] | None = None,
+        budget_s: float = 0.0,
     ) -> httpx.Response:
+        """One request with the retries of the module docstring: at least ``retries``, and more while
+        ``budget_s`` seconds (from the first attempt) are not spent."""
         content = None if body is None else json.dumps(body, allow_nan=False, ensure_ascii=False).encode()
         hdrs = dict(headers or {})
         if content is not None:
             hdrs["Content-Type"] = "application/json"
         last = ""
-        for attempt in range(self.retries + 1):
-            delay = self.backoff_s * (2**attempt)
+        t0, attempt = time.monotonic(), -1
+        while True:
+            attempt += 1
+            delay = min(MAX_BACKOFF_S, self.backoff_s * (2 ** min(attempt, 30)))
             try:
                 resp = self._http.request(method, path, content=content, headers=hdrs)
             except httpx.TransportError as exc:
@@ -155,10 +170,13 @@ class RsiHttpClient:
                 retry_after = resp.headers.get("retry-after", "")
                 if retry_after.isdigit():
                     delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER_S))
-            if attempt < self.retries:
-                time.sleep(delay)
+            if attempt >= self.retries and (delay <= 0 or time.monotonic() - t0 + delay > budget_s):
+                break
+            time.sleep(delay)
+        not_stored = "the turn was not stored: " if budget_s else ""
         raise ServiceUnavailable(
-            f"{method} {path}: the service did not answer ({last}) after {self.retries} retries"
+            f"{method} {path}: {not_stored}the service did not answer ({last}) after {attempt} retries "
+            f"in {time.monotonic() - t0:.1f} s"
         )
 
     @staticmethod
@@ -185,11 +203,12 @@ class RsiHttpClient:
             WorldError, CredentialError, InputLimitError, InvalidInput: the service refused the turn
                 (nothing stored); the message names the field.
             AccessDenied: the token lacks ``host`` or the agent is outside its prefix.
-            ServiceUnavailable: the service could not be reached after the retries.
+            ServiceUnavailable: the service could not be reached (or kept answering 5xx) for
+                ``record_retry_s``: the turn was not stored.
         """
         check_id(agent_id, "agent_id")
         body = _turn_body(turn)
-        resp = self._request("POST", f"/v1/agents/{agent_id}/turns", body=body)
+        resp = self._request("POST", f"/v1/agents/{agent_id}/turns", body=body, budget_s=self.record_retry_s)
         return RecordedTurn(**resp.json())
 
     def record_signals(self, agent_id: str, io_id: str, signals: Mapping[str, Any]) -> RecordedTurn:
@@ -204,7 +223,8 @@ class RsiHttpClient:
         check_id(io_id, "io_id")
         if not isinstance(signals, Mapping):
             raise InvalidInput(f"signals: must be an object, got {type(signals).__name__}")
-        resp = self._request("POST", f"/v1/agents/{agent_id}/turns/{io_id}/signals", body=dict(signals))
+        resp = self._request("POST", f"/v1/agents/{agent_id}/turns/{io_id}/signals", body=dict(signals),
+                             budget_s=self.record_retry_s)
         return RecordedTurn(**resp.json())
 
     # --- the current harness -----------------------------------------------------------------------

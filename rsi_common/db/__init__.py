@@ -75,6 +75,7 @@ from rsi_common.db.regressions import (
     touch_regressions,
 )
 from rsi_common.db.replays import get_replay_row, replay_rows, save_replay_row
+from rsi_common.db.run_inputs import RunInputsRow, get_run_inputs, save_run_inputs
 from rsi_common.db.runs import (
     KEPT_REASON,
     SUPERSEDED_REASON,
@@ -135,6 +136,7 @@ __all__ = [
     "ReplayRow",
     "ReplaySource",
     "ReplayStatus",
+    "RunInputsRow",
     "RunRow",
     "RunStatus",
     "Scope",
@@ -167,6 +169,7 @@ __all__ = [
     "get_harness",
     "get_replay_row",
     "get_run",
+    "get_run_inputs",
     "get_world",
     "head_revision",
     "lineage",
@@ -190,6 +193,7 @@ __all__ = [
     "running_runs",
     "runs",
     "save_replay_row",
+    "save_run_inputs",
     "save_trajectory",
     "save_world",
     "schema_diff",

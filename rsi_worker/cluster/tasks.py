@@ -22,6 +22,7 @@ execution harmless.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -39,6 +40,8 @@ from rsi_common.dispatch import (
 )
 from rsi_common.stored import error_record
 from rsi_worker.cluster.evolve_tasks import register_evolve
+from rsi_worker.cluster.heartbeat import Heartbeat
+from rsi_worker.cluster.join import claim_dispatch, claim_step, claim_ttl_s
 from rsi_worker.cluster.middleware import (
     REDELIVERED_TOO_OFTEN,
     Middleware,
@@ -54,8 +57,11 @@ from rsi_worker.cluster.worker import WorkerContext
 from rsi_worker.consolidate import Deps, Next, flow
 from rsi_worker.consolidate.evaluate import TrialSlot
 from rsi_worker.consolidate.flow import Member, Step
+from rsi_worker.consolidate.join import ready_step
 
-__all__ = ["MEMBER_TASKS", "STEP_TASKS", "CeleryDispatcher", "register"]
+__all__ = ["MEMBER_TASKS", "STEP_TASKS", "CeleryDispatcher", "join_in_band", "register"]
+
+log = logging.getLogger(__name__)
 
 STEP_TASKS: Mapping[Step, str] = {
     "open": TASK_CONSOLIDATE,
@@ -65,6 +71,8 @@ STEP_TASKS: Mapping[Step, str] = {
 """The task of each step of ``flow.STEPS`` (the chord bodies, and ``consolidate`` for ``open``)."""
 MEMBER_TASKS: Mapping[Member, str] = {"trials": TASK_REPLAY_TRIAL, "drafts": TASK_DRAFT_CANDIDATE}
 """The task of each fan-out of ``flow.MEMBERS`` (the chord members)."""
+_NOT_STORED = ("stale", "lease_lost", "error", "redelivery_cap")
+"""Member statuses that stored nothing: no in-band join after them."""
 _WIRE: Mapping[Member, Callable[[Any], Any]] = {"trials": lambda slot: slot.to_json(), "drafts": str}
 """A member's item as a JSON task argument."""
 
@@ -106,15 +114,39 @@ def _dispatch(app: Celery, deps: Deps, nxt: Next) -> str:
     return f"{len(header)} {edge.members}"
 
 
+def join_in_band(app: Celery, deps: Deps, run_id: str) -> str | None:
+    """After a member stored its result: dispatch the next step when the stored rows complete the
+    fan-out (``consolidate.join.ready_step``) and nobody dispatched it in band yet. Never raises
+    (the chord still fires); returns the step dispatched, if any."""
+    try:
+        step = ready_step(deps, run_id)
+        if step is None or not claim_dispatch(deps.coord.client, run_id, step, claim_ttl_s(deps.settings)):
+            return None
+        body = STEP_TASKS[step]
+        app.send_task(body, args=[None, run_id], queue=TASK_QUEUES[body])
+        return step
+    except Exception as exc:  # the chord, or the lease expiry and the sweeper, cover the run
+        log.warning("run %s: in-band join skipped: %s", run_id, type(exc).__name__)
+        return None
+
+
+def _claimed(app: Celery, deps: Deps, step: Step, run_id: str) -> bool:
+    """Take the execution claim of ``step`` for the task running now (``cluster.join``)."""
+    current = app.current_task
+    task_id = str(getattr(getattr(current, "request", None), "id", None) or "")
+    return claim_step(deps.coord.client, run_id, step, task_id, claim_ttl_s(deps.settings))
+
+
 def _slot_brief(slot: Any) -> dict[str, Any]:
     return {k: slot.get(k) for k in ("candidate", "world_id", "trial")} if isinstance(slot, dict) else {}
 
 
 def register(app: Celery, ctx: WorkerContext, chain: list[Middleware] | None = None) -> None:
     """Register rsi-worker's tasks on ``app``, each wrapped in ``chain`` (default:
-    :func:`~rsi_worker.cluster.middleware.default_chain`); task names are part of the wire contract
+    :func:`~rsi_worker.cluster.middleware.default_chain` and the run heartbeat,
+    :mod:`rsi_worker.cluster.heartbeat`); task names are part of the wire contract
     (``rsi_common.dispatch``)."""
-    chain = default_chain(ctx) if chain is None else chain
+    chain = [*default_chain(ctx), Heartbeat(ctx)] if chain is None else chain
 
     def settle(call: TaskCall, exc: BaseException, *, lease: Lease | None = None) -> str:
         """A run step's answer after ``exc`` (or the cap): close the run through ``flow.fail_run``."""
@@ -165,12 +197,19 @@ def register(app: Celery, ctx: WorkerContext, chain: list[Middleware] | None = N
         Idempotency key: ``(run_id, candidate, world_id, trial)`` — a stored row is returned; the
         early-stop report is slot-idempotent in Redis.
         """
-        return flow.run_trial(ctx.runtime().deps, run_id, TrialSlot.from_json(slot))
+        deps = ctx.runtime().deps
+        out = flow.run_trial(deps, run_id, TrialSlot.from_json(slot))
+        if out.get("status") not in _NOT_STORED:
+            join_in_band(app, deps, run_id)
+        return out
 
     @task(app, chain, TASK_AFTER_INCUMBENT, run_step)
     def after_incumbent(_results: Any, run_id: str) -> str:
-        """Steps 8–11 (chord body). Idempotent: recomputed from stored rows; drafts are stored per label."""
+        """Steps 8–11 (chord body, or the in-band join). Idempotent: recomputed from stored rows;
+        drafts are stored per label; a second task of the step stops (execution claim)."""
         deps = ctx.runtime().deps
+        if not _claimed(app, deps, "after_incumbent", run_id):
+            return "stop: claimed by another task"
         return _dispatch(app, deps, flow.run_step(deps, "after_incumbent", run_id))
 
     @task(app, chain, TASK_DRAFT_CANDIDATE, Policy(
@@ -184,20 +223,26 @@ def register(app: Celery, ctx: WorkerContext, chain: list[Middleware] | None = N
         ``replay_trial`` tasks, which stays a member of the draft chord, so ``judge_round`` waits for
         them. Idempotency key: ``(run_id, variant)`` — a redelivery finds the draft and its slots
         stored; its trials are keyed slots."""
-        out = flow.run_draft(ctx.runtime().deps, run_id, variant)
+        deps = ctx.runtime().deps
+        out = flow.run_draft(deps, run_id, variant)
         slots = flow.follow_on("drafts", out)
         if slots:
             trial = MEMBER_TASKS["trials"]
             return Replace(group(app.signature(trial, args=(run_id, s.to_json()), queue=TASK_QUEUES[trial])
                                  for s in slots))
+        if out.get("status") not in _NOT_STORED:
+            join_in_band(app, deps, run_id)
         return {"variant": variant, "gate": out.get("gate"),
                 **({"status": out["status"]} if "status" in out else {})}
 
     @task(app, chain, TASK_JUDGE_ROUND, run_step)
     def judge_round(_results: Any, run_id: str) -> str:
-        """Steps 14–18 (chord body). Idempotent: the fenced final write applies once; a second
-        delivery finds the run closed and stops."""
+        """Steps 14–18 (chord body, or the in-band join). Idempotent: the fenced final write applies
+        once; a second delivery finds the run closed and stops; a second task of the step stops at
+        once (execution claim)."""
         deps = ctx.runtime().deps
+        if not _claimed(app, deps, "judge_round", run_id):
+            return "stop: claimed by another task"
         return _dispatch(app, deps, flow.run_step(deps, "judge_round", run_id))
 
     register_evolve(app, ctx, chain)

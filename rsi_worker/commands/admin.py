@@ -98,10 +98,19 @@ def _reason(summary: dict[str, Any] | None, limit: int = 70) -> str:
 
 def runs_cmd(
     agent: str = AGENT_ARG,
+    run_id: str | None = typer.Argument(None, help="With `replay`: the run to replay."),
     limit: int = typer.Option(20, "--limit", "-n", min=1, help="How many of the newest runs."),
+    inline: bool = typer.Option(False, "--inline", help="With `replay`: re-run in this process."),
     as_json: bool = JSON_OPT,
 ) -> None:
-    """List AGENT's latest consolidation runs, newest first."""
+    """List AGENT's latest consolidation runs, newest first; `rsi runs replay RUN --inline` re-runs a
+    run from its recorded inputs and says whether the decision is the same
+    (docs/operations/chaos.md#reproducible-runs)."""
+    if agent == "replay" and run_id is not None:
+        from rsi_worker.commands.replay import replay_cmd
+
+        replay_cmd(run_id, inline=inline, as_json=as_json)
+        return
     with _client(as_json) as client:
         rows = client.runs(agent, limit=limit)
     if as_json:

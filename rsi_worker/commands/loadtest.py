@@ -81,6 +81,13 @@ def loadtest(
     drain_timeout: float = typer.Option(120.0, "--drain-timeout", min=0.0,
                                         help="Seconds to wait for the last turns to be consolidated."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    chaos: bool = typer.Option(False, "--chaos", help="Inject faults into a private cluster started for the "
+                               "run (implies --embedded; docs/operations/chaos.md)."),
+    kills: int = typer.Option(20, "--kills", min=0, help="--chaos: kill -9 of random worker processes."),
+    redis_restarts: int = typer.Option(1, "--redis-restarts", min=0, help="--chaos: redis-server restarts."),
+    db_restarts: int = typer.Option(1, "--db-restarts", min=0, help="--chaos: PostgreSQL restarts."),
+    broker_pauses: int = typer.Option(0, "--broker-pauses", min=0, help="--chaos: SIGSTOP of redis-server."),
+    pause_s: float = typer.Option(5.0, "--pause-s", min=0.1, help="--chaos: seconds of one broker pause."),
 ) -> None:
     """Drive recorded turns at a fixed rate through the cluster and report throughput, latencies,
     runs, redeliveries, lease contention and lost turns."""
@@ -97,8 +104,21 @@ def loadtest(
         raise typer.Exit(2) from None
     info = {"source": import_file or f"generated (seed {seed})", "conversations": len(pool),
             "turns": sum(len(c.turns) for c in pool)}
-    with _client(embedded, workers, concurrency, home) as (client, mode):
-        report = run_loadtest(client, pool, cfg, mode=mode, pool_info=info)
+    if chaos:
+        from rsi_common.config import Settings
+        from rsi_worker.chaos.faults import ChaosPlan
+        from rsi_worker.chaos.run import run_chaos
+
+        try:
+            plan = ChaosPlan(duration, kills, redis_restarts, db_restarts, broker_pauses, pause_s, seed)
+        except InvalidInput as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        report = run_chaos(Settings(), pool, cfg, plan, workers=workers, concurrency=concurrency, home=home,
+                           pool_info=info)
+    else:
+        with _client(embedded, workers, concurrency, home) as (client, mode):
+            report = run_loadtest(client, pool, cfg, mode=mode, pool_info=info)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
     else:
@@ -150,4 +170,9 @@ def report_table(report: dict[str, Any]) -> Any:
     ]
     for row in rows:
         table.add_row(*row)
+    if "chaos" in report:
+        from rsi_worker.chaos.report import chaos_rows
+
+        for row in chaos_rows(report["chaos"]):
+            table.add_row(*row)
     return table

@@ -41,6 +41,7 @@ from rsi_worker.consolidate.drafting import draft_and_launch
 from rsi_worker.consolidate.evaluate import TrialSlot
 from rsi_worker.consolidate.finalize import Settled, finalize, settle, settle_lease
 from rsi_worker.consolidate.incumbent import after_incumbent
+from rsi_worker.consolidate.inputs import record_inputs
 from rsi_worker.consolidate.judging import judge_round
 from rsi_worker.consolidate.opening import KIND_CONSOLIDATE, open_row, open_step
 from rsi_worker.consolidate.outcome import Next, final
@@ -166,7 +167,10 @@ def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
     ctx, running = open_row(deps, lease, force=force, kind=kind)
     if not running:
         return Next("stop", ctx)
-    return _guarded(deps, "open", ctx)
+    nxt = _guarded(deps, "open", ctx)
+    if nxt.kind == "trials":  # a round starts: its exact inputs, for replaying the run
+        record_inputs(deps, nxt.ctx)
+    return nxt
 
 
 def _load(deps: Deps, run_id: str) -> tuple[RoundContext, str, dict[str, Any]]:

@@ -37,7 +37,8 @@ ASK = "Use get_sales region=EU then summarise."
 @pytest.fixture
 def client(db_url: str, redis_url: str, engine: Engine) -> Iterator[RsiClient]:
     rclient = redis.Redis.from_url(redis_url)
-    c = RsiClient(Settings(database_url=db_url, redis_url=redis_url, model_backoff_s=0), engine=engine,
+    c = RsiClient(Settings(database_url=db_url, redis_url=redis_url, model_backoff_s=0, record_retry_s=0),
+                  engine=engine,
                   redis=rclient, dispatcher=RecordingDispatcher())
     yield c
     c.close()

@@ -250,6 +250,9 @@ RSI_WORKER_LAYERS: Mapping[str, frozenset[str]] = {
                                    "rsi_worker.cluster", "rsi_worker.observability", "rsi_worker.evolve",
                                    "rsi_worker.dream"}),
     "rsi_worker.dream": frozenset({"rsi_worker.observability"}),
+    "rsi_worker.chaos": frozenset({"rsi_worker.jobs", "rsi_worker.local", "rsi_worker.cluster",
+                                   "rsi_worker.consolidate", "rsi_worker.runtime",
+                                   "rsi_worker.observability"}),
 }
 """The rooms of ``rsi_worker`` a room may import (docs/dev/layout.md); ``commands`` and ``cli`` may
 import every room, and no room imports them."""

@@ -20,6 +20,7 @@ from rsi_common import client as client_module
 from rsi_common import db
 from rsi_common.client import RsiClient
 from rsi_common.dispatch import RecordingDispatcher
+from rsi_common.errors import TurnNotStored
 from rsi_worker.cluster.sweeper import sweep
 from tests.integration.client.conftest import make_world
 
@@ -96,7 +97,7 @@ def test_close_writes_the_pending_marks(make_client: Callable[..., RsiClient],
 def test_marks_of_a_failed_transaction_stay_pending(
     make_client: Callable[..., RsiClient], sessions: sessionmaker[Session], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    client = make_client(mark_delay_s=3600)
+    client = make_client(mark_delay_s=3600, record_retry_s=0)
     client.record_turn("a1", {"world": make_world("io1", 1.0)})
     client._marks.delay_s = 0
 
@@ -104,7 +105,7 @@ def test_marks_of_a_failed_transaction_stay_pending(
         raise OperationalError("INSERT", {}, RuntimeError("the database went away"))
 
     monkeypatch.setattr(client_module, "record_world_turn", broken)
-    with pytest.raises(OperationalError):
+    with pytest.raises(TurnNotStored):  # no retry budget: the first transient error is final
         client.record_turn("a1", {"world": make_world("io2", 2.0)})
     assert not _enqueued(sessions, "a1", "io1")  # rolled back with the failed turn, and kept
     monkeypatch.undo()

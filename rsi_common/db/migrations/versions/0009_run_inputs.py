@@ -1,0 +1,35 @@
+"""The recorded inputs of a run, for replaying it (docs/operations/chaos.md#reproducible-runs).
+
+Revision ID: 0009_run_inputs
+Revises: 0007_dream
+
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0009_run_inputs"
+down_revision: str | None = "0007_dream"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "rsi_run_inputs",
+        sa.Column("run_id", sa.String(64), nullable=False),
+        sa.Column("digest", sa.String(64), nullable=False),
+        sa.Column("inputs", sa.JSON(none_as_null=True), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(["run_id"], ["rsi_runs.id"], name="fk_rsi_run_inputs_run_id_rsi_runs",
+                                ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("run_id", name="pk_rsi_run_inputs"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("rsi_run_inputs")

@@ -1,0 +1,75 @@
+"""Claims that keep a run's steps single when they are started more than once
+(docs/operations/failure-recovery.md#in-band-join).
+
+A step task (``after_incumbent``, ``judge_round``) may be started by its chord, by the in-band join
+of the member that stored the fan-out's last result (:func:`rsi_worker.consolidate.join.ready_step`)
+and by the sweeper's resume of a stalled run. Two Redis keys keep that to one execution:
+
+=====================================  ==================================================================
+``rsi:run:{run}:join:{step}``          ``"1"`` once an in-band join or the sweeper dispatched ``step``:
+                                       the dispatch claim (``SET NX``); TTL :func:`claim_ttl_s`
+``rsi:run:{run}:step:{step}``          the Celery task id executing ``step``: the execution claim,
+                                       re-entrant for the same task id (a redelivery of the message of
+                                       a worker that died mid-step); TTL :func:`claim_ttl_s`
+=====================================  ==================================================================
+
+A second step task with another id finds the claim held and stops (the first one writes the
+outcome). Both keys expire on their own (they are not cleaned at the end of a run: a late chord
+body must still find the claim). After a Redis restart they are gone; a duplicate step then
+recomputes the same decision from stored rows and the fenced final write applies once
+(docs/architecture.md invariant 8).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+
+from rsi_common.config import Settings
+
+__all__ = ["claim_dispatch", "claim_step", "claim_ttl_s", "dispatch_key", "step_key"]
+
+log = logging.getLogger(__name__)
+
+_CLAIM_STEP = """
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+    redis.call('EXPIRE', KEYS[1], ARGV[2])
+    return 1
+end
+if v then
+    return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return 1
+"""
+
+
+def dispatch_key(run_id: str, step: str) -> str:
+    """``rsi:run:{run}:join:{step}`` — the dispatch claim of an in-band join or a sweeper resume."""
+    return f"rsi:run:{run_id}:join:{step}"
+
+
+def step_key(run_id: str, step: str) -> str:
+    """``rsi:run:{run}:step:{step}`` — the task id executing ``step`` of ``run``."""
+    return f"rsi:run:{run_id}:step:{step}"
+
+
+def claim_ttl_s(settings: Settings) -> int:
+    """Seconds a claim lives: the hard task time limit (a step cannot run longer) plus a minute."""
+    return int(settings.task_time_limit_s) + 60
+
+
+def claim_dispatch(client: redis.Redis, run_id: str, step: str, ttl_s: int) -> bool:
+    """Take the dispatch claim of ``step``; False: somebody dispatched it already."""
+    return bool(client.set(dispatch_key(run_id, step), "1", nx=True, ex=ttl_s))
+
+
+def claim_step(client: redis.Redis, run_id: str, step: str, task_id: str, ttl_s: int) -> bool:
+    """Take (or, for the same ``task_id``, keep) the execution claim of ``step``.
+
+    Returns:
+        False when another task holds it: the caller stops without running the step.
+    """
+    return bool(client.eval(_CLAIM_STEP, 1, step_key(run_id, step), task_id, ttl_s))
