@@ -17,7 +17,7 @@ def test_upgrade_creates_every_table_matching_the_models(db_url: str) -> None:
         upgrade(db_url)  # by URL: an engine is made and disposed
         tables = set(sa.inspect(engine).get_table_names())
         assert tables == set(Base.metadata.tables) | {VERSION_TABLE}
-        assert current_revision(engine) == head_revision() == "0005_conversations"  # bump with each migration
+        assert current_revision(engine) == head_revision()  # the head read from the script directory
         assert schema_diff(engine) == []
         upgrade(engine)  # a second upgrade is a no-op
         assert schema_diff(engine) == []
