@@ -9,7 +9,6 @@ the child's runtime row if missing, the ``spawn_input`` message and the spend ro
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ from rsi_common.runtime import keys
 from rsi_common.runtime.caps import Caps, DayTotals, first_exceeded
 from rsi_common.runtime.ids import new_id
 from rsi_common.runtime.spend import Charge, charge, spawn_key, tree_totals
-from rsi_common.runtime.tree import add_event, descendants, get_runtime, set_lifecycle
+from rsi_common.runtime.tree import SPEC_NAME, add_event, descendants, get_runtime, set_lifecycle
 
 __all__ = [
     "LIVE",
@@ -46,8 +45,6 @@ __all__ = [
     "spawn",
 ]
 
-SPEC_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
-"""Spec and handle-name grammar."""
 LIVE: tuple[str, ...] = ("queued", "running", "awaiting")
 SETTLED: tuple[str, ...] = ("completed", "failed", "cancelled")
 MAX_INPUT_CHARS = 16_384

@@ -6,6 +6,7 @@ its ``rsi_events`` row are written in the same transaction.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -46,6 +47,8 @@ class AgentProfile:
         kwargs: model keyword arguments.
         messages: the agent may use ``message_send`` / ``message_receive``.
         refine: the agent may call ``refine_request``.
+        subagents: the operator's sub-agent catalog ``{spec: {description, tools, max_iterations,
+            instructions}}`` (docs/runtime/README.md#decisions D12); empty = not enabled.
     """
 
     runs_on: RunsOn = "cluster"
@@ -57,6 +60,7 @@ class AgentProfile:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     messages: bool = True
     refine: bool = False
+    subagents: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The profile as stored in ``rsi_agent_runtime.profile``."""
@@ -64,6 +68,7 @@ class AgentProfile:
         out["system_parts"] = [list(p) for p in self.system_parts]
         out["tools"] = list(self.tools)
         out["kwargs"] = dict(self.kwargs)
+        out["subagents"] = {k: dict(v) for k, v in self.subagents.items()}
         return out
 
     @classmethod
@@ -98,9 +103,41 @@ class AgentProfile:
         for key in ("messages", "refine"):
             if key in p and not isinstance(p[key], bool):
                 raise InvalidInput(f"profile.{key} must be true or false")
+        p["subagents"] = _catalog(p.get("subagents", {}), tuple(tools))
         p["tools"] = tuple(tools)
         p["system_parts"] = tuple((a, b) for a, b in parts)
         return cls(**p)
+
+
+SPEC_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+"""Spec and handle-name grammar."""
+
+
+def _catalog(raw: Any, grant: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Check an operator's catalog: names, descriptions, tools within the grant, iterations, and the
+    instructions each spec requires."""
+    if not isinstance(raw, Mapping):
+        raise InvalidInput("profile.subagents must be an object")
+    out: dict[str, dict[str, Any]] = {}
+    for name, spec in raw.items():
+        where = f"profile.subagents.{str(name)[:32]}"
+        if not isinstance(name, str) or not SPEC_NAME.match(name):
+            raise InvalidInput(f"{where}: a spec name must match ^[a-z][a-z0-9-]{{0,31}}$")
+        if not isinstance(spec, Mapping) or set(spec) - {"description", "tools", "max_iterations",
+                                                          "instructions"}:
+            raise InvalidInput(f"{where}: keys are description, tools, max_iterations, instructions")
+        desc, tools = spec.get("description", ""), spec.get("tools", [])
+        iters, text = spec.get("max_iterations", 8), spec.get("instructions")
+        if not isinstance(desc, str) or len(desc) > 500:
+            raise InvalidInput(f"{where}.description must be text of at most 500 characters")
+        if not isinstance(tools, list) or not all(isinstance(t, str) and t in grant for t in tools):
+            raise InvalidInput(f"{where}.tools must name tools of the agent's grant")
+        if isinstance(iters, bool) or not isinstance(iters, int) or not 1 <= iters <= 100:
+            raise InvalidInput(f"{where}.max_iterations must be an integer from 1 to 100")
+        if not isinstance(text, str) or not text.strip() or len(text) > 16_384:
+            raise InvalidInput(f"{where}.instructions are required (at most 16,384 characters)")
+        out[name] = {"description": desc, "tools": list(tools), "max_iterations": iters, "instructions": text}
+    return out
 
 
 def add_event(session: Session, agent_id: str, kind: str, actor: str, **detail: Any) -> None:

@@ -1,0 +1,130 @@
+"""Turns of registered agents, inline (docs/runtime/README.md#turns): delegation to three children
+with yield and resume, worlds with a ``runtime`` block, spend to the root, caps."""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from rsi_common.client import RsiClient
+from rsi_common.config import RuntimeParams, Settings
+from rsi_common.db.runtime_models import SessionRow, SpendRow, SubagentRow
+from rsi_common.dispatch import RecordingDispatcher
+from rsi_common.kernel.testing import ScriptedModel
+from rsi_common.llm import ModelRequest, ModelResponse, Usage
+from rsi_common.runtime.caps import resolve_caps
+from rsi_common.runtime.messages import Sender, send
+from rsi_common.runtime.tree import AgentProfile, get_runtime, register
+from rsi_common.runtime.turns import TurnEnv, drain
+
+LEAD = "You are the lead. Delegate research."
+RESEARCHER = "You are a researcher. Answer with one finding."
+CATALOG = {"researcher": {"description": "finds one source", "tools": [], "max_iterations": 4,
+                          "instructions": RESEARCHER}}
+
+
+def _last_user_blocks(request: ModelRequest) -> list[dict[str, Any]]:
+    content = request.messages[-1]["content"]
+    return content if isinstance(content, list) else []
+
+
+def _policy(request: ModelRequest) -> ModelResponse:
+    """Children answer their input; the lead spawns three, then waits on them, then summarises."""
+    usage = Usage(input_tokens=100, output_tokens=20)
+    if RESEARCHER in request.system:
+        topic = str(request.messages[-1]["content"]).splitlines()[-1]
+        return ModelResponse(content=[{"type": "text", "text": f"finding on {topic}"}], usage=usage,
+                             stop_reason="end_turn", model="sim-1")
+    blocks = _last_user_blocks(request)
+    results = [b for b in blocks if b.get("type") == "tool_result"]
+    if not results:
+        calls = [{"type": "tool_use", "id": f"s{i}", "name": "subagent_spawn",
+                  "input": {"spec": "researcher", "input": f"topic {i}"}} for i in range(3)]
+        return ModelResponse(content=calls, usage=usage, stop_reason="tool_use", model="sim-1")
+    if results[0]["tool_use_id"].startswith("s"):
+        handles = [json.loads(r["content"])["handle"] for r in results]
+        call = {"type": "tool_use", "id": "w1", "name": "subagent_wait", "input": {"handles": handles}}
+        return ModelResponse(content=[call], usage=usage, stop_reason="tool_use", model="sim-1")
+    answers = [x["answer"] for x in json.loads(results[0]["content"])["results"]]
+    return ModelResponse(content=[{"type": "text", "text": "summary: " + "; ".join(answers)}], usage=usage,
+                         stop_reason="end_turn", model="sim-1")
+
+
+@pytest.fixture
+def env(engine: Engine, fake_redis: Any, tmp_path: Any) -> Any:
+    settings = Settings(database_url=str(engine.url), home=tmp_path / ".rsi")
+    client = RsiClient(settings, engine=engine, redis=fake_redis, dispatcher=RecordingDispatcher())
+    queue: deque[tuple[str, str]] = deque()
+    model = ScriptedModel([_policy], repeat_last=True, provider="sim", model="sim-1")
+    yield TurnEnv(client, RuntimeParams(), model, lambda a, s: queue.append((a, s))), queue, client
+    client.close()
+
+
+def _start(env: TurnEnv, queue: deque[tuple[str, str]], text: str, **profile: Any) -> None:
+    with env.factory.begin() as s:
+        register(s, "P", AgentProfile(system_parts=(("lead", LEAD),), subagents=CATALOG, **profile))
+        send(s, env.client.redis, env.params, resolve_caps(env.params), Sender(None, io="op1"), "P", text)
+    queue.append(("P", "main"))
+
+
+def test_delegation_to_three_children_yields_and_resumes(env: Any) -> None:
+    turn_env, queue, client = env
+    _start(turn_env, queue, "research rsi")
+    outcomes = drain(turn_env, queue)
+    ran = [(o.io, o.status) for o in outcomes if o.outcome == "ran"]
+    assert ran[0] == ("main:1", "suspended")
+    assert ran[-1][0] == "main:1+2" and ran[-1][1] == "completed"
+    final = [o for o in outcomes if o.outcome == "ran"][-1]
+    assert final.answer == "summary: finding on topic 0; finding on topic 1; finding on topic 2"
+    with turn_env.factory() as s:
+        handles = list(s.execute(sa.select(SubagentRow).order_by(SubagentRow.name)).scalars())
+        assert [(h.name, h.status, h.child_agent) for h in handles] == [
+            (f"researcher-{i + 1}", "completed", "P.researcher") for i in range(3)]
+        sessions = {r.session: r for r in s.execute(sa.select(SessionRow).where(
+            SessionRow.agent_id == "P.researcher")).scalars()}
+        assert set(sessions) == {h.id for h in handles}
+        main = s.execute(sa.select(SessionRow).where(SessionRow.agent_id == "P")).scalar_one()
+        assert (main.turns, main.slice, main.pending) == (1, 0, None)
+        worlds = {w.io_id: w.world for w in s.execute(sa.select(__import__("rsi_common.db", fromlist=[
+            "WorldRow"]).WorldRow)).scalars()}
+        spend = list(s.execute(sa.select(SpendRow)).scalars())
+    # three child sessions, each world with a runtime block
+    child_worlds = [w for io, w in worlds.items() if io.startswith("sa_")]
+    assert len(child_worlds) == 3
+    assert all(w["runtime"]["parent"] == "P" and w["runtime"]["depth"] == 1 and w["runtime"]["slice"] == 1
+               for w in child_worlds)
+    # the last slice's input holds the wait's tool_result block, no [interrupted] results
+    last = worlds["main:1+2"]
+    assert last["runtime"]["slice"] == 2 and last["runtime"]["request"] is not None
+    assert [b["tool_use_id"] for b in last["input"]] == ["w1"]
+    assert "[interrupted]" not in json.dumps(last)
+    # spend: every charge to the root, once per key, Σ tokens = Σ c(τ) of the worlds
+    assert {c.root_id for c in spend} == {"P"} and len({c.key for c in spend}) == len(spend)
+    assert sum(c.tokens for c in spend) == sum(w["outcome"]["policy_tokens"] for w in worlds.values())
+    assert sum(c.spawns for c in spend) == 3 and sum(c.turns for c in spend) == 4
+    # consolidation of the children goes to the consolidate queue, never to agents
+    assert {c.queue for c in client.dispatcher.calls} <= {"consolidate"}
+
+
+def test_at_the_cap_a_turn_blocks_after_one_call_and_the_next_is_refused(env: Any) -> None:
+    turn_env, queue, _ = env
+    _start(turn_env, queue, "research rsi")
+    with turn_env.factory.begin() as s:
+        get_runtime(s, "P").caps = {"tree_tokens_per_day": 1}
+    (first,) = drain(turn_env, queue)
+    assert (first.outcome, first.status) == ("ran", "blocked")  # granted 1 token: stops after one call
+    assert len(turn_env.model.requests) == 1
+    with turn_env.factory.begin() as s:
+        send(s, turn_env.client.redis, turn_env.params, resolve_caps(turn_env.params), Sender(None, io="op2"),
+             "P", "again")
+    queue.append(("P", "main"))
+    assert [(o.outcome, o.answer) for o in drain(turn_env, queue)] == [("capped", "cap_exceeded:tokens")]
+    assert len(turn_env.model.requests) == 1
+    with turn_env.factory() as s:
+        spent = s.execute(sa.select(sa.func.sum(SpendRow.tokens))).scalar_one()
+    assert spent == 120  # the one call's c(τ): the overshoot is at most one call
