@@ -67,10 +67,12 @@ __all__ = [
     "DEFAULT_DISPATCH_TIMEOUT_S",
     "EVENT_EXCHANGE",
     "QUEUES",
+    "QUEUE_AGENTS",
     "QUEUE_CONSOLIDATE",
     "QUEUE_JUDGE",
     "QUEUE_REPLAY",
     "TASK_AFTER_INCUMBENT",
+    "TASK_AGENT_TURN",
     "TASK_CONSOLIDATE",
     "TASK_DRAFT_CANDIDATE",
     "TASK_JUDGE_ROUND",
@@ -113,6 +115,12 @@ TASK_DRAFT_CANDIDATE = "rsi.draft_candidate"
 with the group of its candidate's ``replay_trial`` tasks."""
 TASK_JUDGE_ROUND = "rsi.judge_round"
 """``judge_round(results, run_id)``: the chord body after the drafts and their trials."""
+
+QUEUE_AGENTS = "agents"
+"""Queue of the agent runtime's turns (docs/runtime/README.md#turns); served by ``rsi worker -Q agents``.
+Kept out of :data:`QUEUES` and :data:`TASK_QUEUES`: the runtime's task is published to it by name."""
+TASK_AGENT_TURN = "rsi.agent_turn"
+"""``agent_turn(agent, session)``: one slice of a registered agent's session."""
 
 TASK_SWEEP = "rsi.sweep"
 """``sweep()``: the sweeper (Celery beat)."""

@@ -54,7 +54,7 @@ from rsi_common.runtime.tools import ToolContext, runtime_tools, wait_result
 from rsi_common.runtime.tree import add_event, get_runtime, set_lifecycle
 from rsi_common.world import finalize_world
 
-__all__ = ["TurnEnv", "TurnOutcome", "drain", "profile_tools", "run_session_turn"]
+__all__ = ["TurnEnv", "TurnOutcome", "drain", "marked_wake", "profile_tools", "run_session_turn"]
 
 _SLOT = """
 local now = tonumber(ARGV[2])
@@ -79,7 +79,7 @@ class TurnEnv:
     Attributes:
         client: the recording client (worlds, trajectories, harnesses, consolidation hand-off).
         params: runtime settings.
-        model: the policy model client (children use the parent's model: one client).
+        model: the policy model client (children use the parent's model).
         wake: enqueue a turn of ``(agent, session)`` (the task on queue ``agents``, or the inline queue).
     """
 
@@ -87,6 +87,8 @@ class TurnEnv:
     params: RuntimeParams
     model: ModelClient
     wake: Callable[[str, str], None]
+    models: Callable[[str, str], ModelClient] | None = None
+    """Policy client of ``(provider, model)``; ``None`` = :attr:`model` for every agent."""
 
     def __post_init__(self) -> None:
         self.budget = Budget(self.client.redis, self.client._sessions)
@@ -157,11 +159,14 @@ def run_session_turn(env: TurnEnv, agent: str, session: str) -> TurnOutcome:
     lease, token = keys.turn_lease(agent, session), secrets.token_hex(8)
     if not redis.set(lease, token, nx=True, px=env.params.turn_lease_s * 1000):
         return TurnOutcome("busy")
+    redis.delete(keys.wake(agent, session))  # a wake from now on enqueues another turn
     try:
         return _locked_turn(env, agent, session)
     finally:
         if redis.get(lease) in (token, token.encode()):
             redis.delete(lease)
+        if redis.delete(keys.wake(agent, session)):  # a wake found this turn busy: run again
+            env.wake(agent, session)
 
 
 @dataclass
@@ -283,7 +288,6 @@ def _granted_turn(env: TurnEnv, sl: _Slice, resume: bool) -> TurnOutcome:
             claimed = claim(s, sl.agent, sl.session, sl.io, limit=params.msg_per_turn,
                             lease_s=3 * params.turn_lease_s)
             texts, msg_ids, hops_in = [render(m) for m in claimed], [m.id for m in claimed], hops_of(claimed)
-        redis.delete(keys.wake(sl.agent, sl.session))
         if not claimed:
             env.budget.release(sl.res_id, rt.root_id)
             return TurnOutcome("empty", sl.io)
@@ -350,7 +354,8 @@ def _stored_or_run(env: TurnEnv, sl: _Slice, turn_input: Any, ctx: ToolContext,
         return time.monotonic() > deadline or (cancel_key is not None and bool(redis.exists(cancel_key)))
 
     harness = env.client.current_harness(sl.agent)
-    return run_turn(plan, harness, env.model, record_world=True, cancelled=cancelled)
+    model = env.model if env.models is None else env.models(profile["provider"], profile["model"])
+    return run_turn(plan, harness, model, record_world=True, cancelled=cancelled)
 
 
 def _charge_of(sl: _Slice, result: TurnResult) -> Charge:
@@ -419,6 +424,18 @@ def _commit(env: TurnEnv, sl: _Slice, result: TurnResult, consumed_ids: list[str
     if more and not yielded:
         env.wake(sl.agent, sl.session)
     return TurnOutcome("ran", sl.io, result.status, result.answer)
+
+
+def marked_wake(redis: Any, enqueue: Callable[[str, str], Any]) -> Callable[[str, str], None]:
+    """The cluster's wake: ``SET NX rsi:{a}:wake:{s}`` (300 s) and enqueue a turn only when the mark is
+    new; the turn deletes the mark when it starts, and re-wakes itself when a mark appeared while it
+    ran (a wake that found it busy)."""
+
+    def wake(agent: str, session: str) -> None:
+        if redis.set(keys.wake(agent, session), "1", nx=True, ex=keys.WAKE_TTL_S):
+            enqueue(agent, session)
+
+    return wake
 
 
 def drain(env: TurnEnv, queue: deque[tuple[str, str]], *, max_turns: int = 10_000) -> list[TurnOutcome]:

@@ -38,6 +38,7 @@ from rsi_common.dispatch import (
     TASK_SWEEP,
 )
 from rsi_common.stored import error_record
+from rsi_worker.cluster.agent_tasks import register_agent_tasks
 from rsi_worker.cluster.middleware import (
     REDELIVERED_TOO_OFTEN,
     Middleware,
@@ -198,6 +199,8 @@ def register(app: Celery, ctx: WorkerContext, chain: list[Middleware] | None = N
         delivery finds the run closed and stops."""
         deps = ctx.runtime().deps
         return _dispatch(app, deps, flow.run_step(deps, "judge_round", run_id))
+
+    register_agent_tasks(app, ctx, chain)
 
     @task(app, chain, TASK_SWEEP, Policy(capped=lambda call: {"skipped": "redelivery cap"}))
     def sweep_task() -> dict[str, Any]:

@@ -16,43 +16,11 @@ from rsi_common.config import RuntimeParams, Settings
 from rsi_common.db.runtime_models import SessionRow, SpendRow, SubagentRow
 from rsi_common.dispatch import RecordingDispatcher
 from rsi_common.kernel.testing import ScriptedModel
-from rsi_common.llm import ModelRequest, ModelResponse, Usage
 from rsi_common.runtime.caps import resolve_caps
 from rsi_common.runtime.messages import Sender, send
 from rsi_common.runtime.tree import AgentProfile, get_runtime, register
 from rsi_common.runtime.turns import TurnEnv, drain
-
-LEAD = "You are the lead. Delegate research."
-RESEARCHER = "You are a researcher. Answer with one finding."
-CATALOG = {"researcher": {"description": "finds one source", "tools": [], "max_iterations": 4,
-                          "instructions": RESEARCHER}}
-
-
-def _last_user_blocks(request: ModelRequest) -> list[dict[str, Any]]:
-    content = request.messages[-1]["content"]
-    return content if isinstance(content, list) else []
-
-
-def _policy(request: ModelRequest) -> ModelResponse:
-    """Children answer their input; the lead spawns three, then waits on them, then summarises."""
-    usage = Usage(input_tokens=100, output_tokens=20)
-    if RESEARCHER in request.system:
-        topic = str(request.messages[-1]["content"]).splitlines()[-1]
-        return ModelResponse(content=[{"type": "text", "text": f"finding on {topic}"}], usage=usage,
-                             stop_reason="end_turn", model="sim-1")
-    blocks = _last_user_blocks(request)
-    results = [b for b in blocks if b.get("type") == "tool_result"]
-    if not results:
-        calls = [{"type": "tool_use", "id": f"s{i}", "name": "subagent_spawn",
-                  "input": {"spec": "researcher", "input": f"topic {i}"}} for i in range(3)]
-        return ModelResponse(content=calls, usage=usage, stop_reason="tool_use", model="sim-1")
-    if results[0]["tool_use_id"].startswith("s"):
-        handles = [json.loads(r["content"])["handle"] for r in results]
-        call = {"type": "tool_use", "id": "w1", "name": "subagent_wait", "input": {"handles": handles}}
-        return ModelResponse(content=[call], usage=usage, stop_reason="tool_use", model="sim-1")
-    answers = [x["answer"] for x in json.loads(results[0]["content"])["results"]]
-    return ModelResponse(content=[{"type": "text", "text": "summary: " + "; ".join(answers)}], usage=usage,
-                         stop_reason="end_turn", model="sim-1")
+from tests.support.runtime_policy import CATALOG, LEAD, policy
 
 
 @pytest.fixture
@@ -60,7 +28,7 @@ def env(engine: Engine, fake_redis: Any, tmp_path: Any) -> Any:
     settings = Settings(database_url=str(engine.url), home=tmp_path / ".rsi")
     client = RsiClient(settings, engine=engine, redis=fake_redis, dispatcher=RecordingDispatcher())
     queue: deque[tuple[str, str]] = deque()
-    model = ScriptedModel([_policy], repeat_last=True, provider="sim", model="sim-1")
+    model = ScriptedModel([policy], repeat_last=True, provider="sim", model="sim-1")
     yield TurnEnv(client, RuntimeParams(), model, lambda a, s: queue.append((a, s))), queue, client
     client.close()
 
@@ -74,7 +42,7 @@ def _start(env: TurnEnv, queue: deque[tuple[str, str]], text: str, **profile: An
 
 def test_delegation_to_three_children_yields_and_resumes(env: Any) -> None:
     turn_env, queue, client = env
-    _start(turn_env, queue, "research rsi")
+    _start(turn_env, queue, "topic 0; topic 1; topic 2")
     outcomes = drain(turn_env, queue)
     ran = [(o.io, o.status) for o in outcomes if o.outcome == "ran"]
     assert ran[0] == ("main:1", "suspended")
@@ -113,7 +81,7 @@ def test_delegation_to_three_children_yields_and_resumes(env: Any) -> None:
 
 def test_at_the_cap_a_turn_blocks_after_one_call_and_the_next_is_refused(env: Any) -> None:
     turn_env, queue, _ = env
-    _start(turn_env, queue, "research rsi")
+    _start(turn_env, queue, "topic 0; topic 1; topic 2")
     with turn_env.factory.begin() as s:
         get_runtime(s, "P").caps = {"tree_tokens_per_day": 1}
     (first,) = drain(turn_env, queue)
