@@ -15,8 +15,10 @@ from rsi_common.client import RsiClient
 from rsi_common.config import RuntimeParams, Settings
 from rsi_common.db.runtime_models import SessionRow, SpendRow, SubagentRow
 from rsi_common.dispatch import RecordingDispatcher
+from rsi_common.errors import InvalidInput
 from rsi_common.kernel.testing import ScriptedModel
 from rsi_common.runtime.caps import resolve_caps
+from rsi_common.runtime.host import RuntimeClient
 from rsi_common.runtime.messages import Sender, send
 from rsi_common.runtime.tree import AgentProfile, get_runtime, register
 from rsi_common.runtime.turns import TurnEnv, drain
@@ -96,3 +98,31 @@ def test_at_the_cap_a_turn_blocks_after_one_call_and_the_next_is_refused(env: An
     with turn_env.factory() as s:
         spent = s.execute(sa.select(sa.func.sum(SpendRow.tokens))).scalar_one()
     assert spent == 120  # the one call's c(τ): the overshoot is at most one call
+
+
+def test_the_host_api_runs_a_tree_and_shows_it_with_its_spend(env: Any) -> None:
+    turn_env, queue, client = env
+    rc = RuntimeClient(client, params=turn_env.params, wake=turn_env.wake, actor="operator:ann")
+    with pytest.raises(InvalidInput, match="unknown key 'tree_tokens'"):
+        rc.register("P", {"system_parts": [["lead", LEAD]]}, caps={"tree_tokens": 5})
+    with pytest.raises(InvalidInput, match="instructions are required"):
+        rc.register("P", {"subagents": {"researcher": {"description": "x"}}})
+    rc.register("P", {"system_parts": [["lead", LEAD]], "subagents": CATALOG})
+    (receipt,) = rc.start_turn("P", "topic a; topic b")
+    assert rc.inbox("P") == [{"id": receipt["id"], "kind": "message", "sender": None,
+                              "relationship": "operator", "text": "topic a; topic b", "hops": 0}]
+    drain(turn_env, queue)
+    shown = rc.tree("P")
+    assert shown["tree"]["lifecycle"] == "idle" and shown["spend"]["spawns"] == 2
+    (child,) = shown["tree"]["children"]
+    assert (child["agent"], child["depth"], child["spec"]) == ("P.researcher", 1, "researcher")
+    assert [h["status"] for h in shown["tree"]["handles"]] == ["completed", "completed"]
+    spend = rc.spend("P")
+    assert spend["spent"]["turns"] == 3 and spend["caps"]["tokens"] == 5_000_000
+    assert rc.spend("P.researcher")["tokens"] == 240
+    with pytest.raises(InvalidInput, match="caps are set on a root"):
+        rc.set_caps("P.researcher", {"tree_tokens_per_day": 10})
+    assert rc.set_caps("P", {"tree_tokens_per_day": 10})["caps"] == {"tree_tokens_per_day": 10}
+    assert rc.delete("P") == [] and rc.lifecycle("P.researcher") == "deleted"
+    with pytest.raises(InvalidInput, match="not failed"):
+        rc.restore("P")
