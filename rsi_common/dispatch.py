@@ -71,6 +71,7 @@ __all__ = [
     "QUEUE_CONSOLIDATE",
     "QUEUE_JUDGE",
     "QUEUE_REPLAY",
+    "RUNTIME_TASKS",
     "TASK_AFTER_INCUMBENT",
     "TASK_AGENT_TURN",
     "TASK_CONSOLIDATE",
@@ -79,6 +80,7 @@ __all__ = [
     "TASK_QUEUES",
     "TASK_REPLAY_TRIAL",
     "TASK_SWEEP",
+    "TASK_TICK",
     "DispatchedTask",
     "Dispatcher",
     "KombuDispatcher",
@@ -121,6 +123,10 @@ QUEUE_AGENTS = "agents"
 Kept out of :data:`QUEUES` and :data:`TASK_QUEUES`: the runtime's task is published to it by name."""
 TASK_AGENT_TURN = "rsi.agent_turn"
 """``agent_turn(agent, session)``: one slice of a registered agent's session."""
+TASK_TICK = "rsi.tick"
+"""``tick()``: the runtime's periodic pass (overdue waits, unmarked mailboxes, child timeouts)."""
+RUNTIME_TASKS: tuple[str, ...] = (TASK_AGENT_TURN, TASK_TICK)
+"""The runtime's tasks, published to :data:`QUEUE_AGENTS` by name."""
 
 TASK_SWEEP = "rsi.sweep"
 """``sweep()``: the sweeper (Celery beat)."""

@@ -1,4 +1,5 @@
-"""The agent runtime's Celery task ``rsi.agent_turn`` on queue ``agents`` (docs/runtime/README.md#turns).
+"""The agent runtime's Celery tasks ``rsi.agent_turn`` and ``rsi.tick`` on queue ``agents``
+(docs/runtime/README.md#turns).
 
 A thin shell: it builds the process's :class:`~rsi_common.runtime.turns.TurnEnv` once (the worker's
 engine and Redis client, a recording client whose consolidation hand-off goes to the
@@ -15,7 +16,8 @@ from typing import Any
 from celery import Celery
 
 from rsi_common.client import RsiClient
-from rsi_common.dispatch import QUEUE_AGENTS, TASK_AGENT_TURN, KombuDispatcher
+from rsi_common.dispatch import QUEUE_AGENTS, TASK_AGENT_TURN, TASK_TICK, KombuDispatcher
+from rsi_common.runtime.tick import tick
 from rsi_common.runtime.turns import TurnEnv, marked_wake, run_session_turn
 from rsi_worker.cluster.middleware import Middleware, Policy, task
 from rsi_worker.cluster.worker import WorkerContext
@@ -58,3 +60,9 @@ def register_agent_tasks(app: Celery, ctx: WorkerContext, chain: list[Middleware
         io's world stored, and commits from it without calling the model (docs/runtime/README.md D13)."""
         out = run_session_turn(env(), str(agent), str(session))
         return {"outcome": out.outcome, "io": out.io, "status": out.status}
+
+    @task(app, chain, TASK_TICK, Policy(capped=lambda call: {"skipped": "redelivery cap"}))
+    def tick_task() -> dict[str, Any]:
+        """The runtime's periodic pass (``rsi_common.runtime.tick``). Idempotent: every action is
+        conditional on current state; a wake of a session already marked enqueues nothing."""
+        return tick(env()).to_json()

@@ -57,7 +57,7 @@ def policy(request: ModelRequest, client: Any = None) -> ModelResponse:
         handles = [json.loads(r["content"])["handle"] for r in results]
         call = {"type": "tool_use", "id": "w1", "name": "subagent_wait", "input": {"handles": handles}}
         return ModelResponse(content=[call], usage=usage, stop_reason="tool_use", model="sim-1")
-    answers = [x["answer"] for x in json.loads(results[0]["content"])["results"]]
+    answers = [x["answer"] or x["status"] for x in json.loads(results[0]["content"])["results"]]
     return _text("summary: " + "; ".join(answers), usage)
 
 
