@@ -9,9 +9,11 @@ racing a turn, do no harm:
    included) is woken;
 3. **child timeouts** — a live handle older than ``CHILD_TIMEOUT_S`` is cancelled (``timeout``) and
    its parent woken;
-4. **cancel flags** — the flags of recently cancelled handles are set again (after a flush).
+4. **cancel flags** — the flags of recently cancelled handles are set again (after a flush);
+5. **idle eviction** — an agent ``idle`` for ``IDLE_EVICT_S`` becomes ``inactive`` and its Redis
+   keys (bucket, wake marks, cooldown) are dropped; its next wake rebuilds it from SQL (``admitted``).
 
-Not built yet: heartbeats, idle eviction, the re-enqueue of a turn whose lease expired uncommitted
+Not built yet: heartbeats, the re-enqueue of a turn whose lease expired uncommitted
 (today the broker's redelivery re-runs it), and skipping spent trees.
 """
 
@@ -26,6 +28,7 @@ from rsi_common.db.runtime_models import AgentRuntimeRow, MessageRow, SessionRow
 from rsi_common.db.sqltypes import db_ago, db_now
 from rsi_common.runtime import keys
 from rsi_common.runtime.subagents import LIVE, after_settle, cancel, restore_cancel_flags
+from rsi_common.runtime.tree import set_lifecycle
 from rsi_common.runtime.turns import TurnEnv
 
 __all__ = ["TickReport", "tick"]
@@ -40,10 +43,11 @@ class TickReport:
     orphaned: int = 0
     timed_out: int = 0
     flags: int = 0
+    evicted: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"woken": [list(w) for w in self.woken], "overdue": self.overdue, "orphaned": self.orphaned,
-                "timed_out": self.timed_out, "flags": self.flags}
+                "timed_out": self.timed_out, "flags": self.flags, "evicted": self.evicted}
 
 
 def tick(env: TurnEnv, *, limit: int = 500) -> TickReport:
@@ -81,6 +85,17 @@ def tick(env: TurnEnv, *, limit: int = 500) -> TickReport:
             _wake(env, report, agent, session)
     with env.factory() as s:
         report.flags = restore_cancel_flags(s, redis, ttl_s=params.child_timeout_s)
+    with env.factory.begin() as s:
+        idle = list(s.execute(sa.select(AgentRuntimeRow).where(
+            AgentRuntimeRow.lifecycle == "idle", AgentRuntimeRow.updated_at <= db_ago(params.idle_evict_s))
+            .limit(limit)).scalars())
+        for row in idle:
+            set_lifecycle(s, row, "inactive", "runtime", f"idle for {params.idle_evict_s} s")
+    for row in idle:
+        names = [keys.bucket(row.agent_id), keys.refine_cooldown(row.agent_id)]
+        names += [k for k in redis.scan_iter(match=f"rsi:{row.agent_id}:wake:*", count=100)]
+        redis.delete(*names)
+        report.evicted += 1
     return report
 
 

@@ -219,6 +219,9 @@ def _load(env: TurnEnv, agent: str, session: str) -> _Loaded:
         handle = s.get(SubagentRow, session) if session.startswith("sa_") else None
         now = s.execute(sa.select(db_now())).scalar_one()
         root_caps = get_runtime(s, rt.root_id).caps
+        if rt.lifecycle == "inactive":  # woken: rebuilt from SQL (docs/runtime/README.md#lifecycle)
+            set_lifecycle(s, rt, "admitted", "runtime", f"woken in {session}")
+        s.flush()
         s.expunge_all()
     return rt, row, handle, now, root_caps
 
@@ -293,6 +296,10 @@ def _granted_turn(env: TurnEnv, sl: _Slice, resume: bool) -> TurnOutcome:
             return TurnOutcome("empty", sl.io)
         turn_input = "\n\n".join(texts)
         request = None
+    with env.factory.begin() as s:  # the turn runs: it holds the lease and has input
+        fresh = s.get(AgentRuntimeRow, sl.agent)
+        if fresh is not None and fresh.lifecycle not in ("deleted", "failed"):
+            set_lifecycle(s, fresh, "running", "runtime", f"turn {sl.io}")
     own_spec, catalog = _spec(env, rt)
     ctx = ToolContext(env.factory, redis, params, sl.caps, sl.agent, sl.session, sl.logical, rt.depth,
                       catalog, tuple(profile_tools(rt)), hops_in, None,

@@ -11,7 +11,7 @@ from sqlalchemy.engine import Engine
 
 from rsi_common.client import RsiClient
 from rsi_common.config import RuntimeParams, Settings
-from rsi_common.db.runtime_models import SessionRow, SubagentRow
+from rsi_common.db.runtime_models import AgentRuntimeRow, EventRow, SessionRow, SubagentRow
 from rsi_common.dispatch import RecordingDispatcher
 from rsi_common.kernel.testing import ScriptedModel
 from rsi_common.runtime.host import RuntimeClient
@@ -75,3 +75,26 @@ def test_the_tick_cancels_a_child_past_its_timeout_and_wakes_the_parent(env: Any
     (handles,) = [rc.tree("T0")["tree"]["handles"]]
     assert [h["status"] for h in handles] == ["cancelled", "cancelled"]
     assert _answers(rc)["T0"] == "summary: cancelled; cancelled"
+
+
+def test_idle_to_inactive_then_a_message_restores_the_agent(env: Any, fake_redis: Any) -> None:
+    turn_env, queue, rc = env
+    rc.register("T0", {"system_parts": [["lead", LEAD]]})
+    rc.start_turn("T0", "hello")
+    drain(turn_env, queue)
+    assert rc.lifecycle("T0") == "idle"
+    turn_env.params = RuntimeParams(idle_evict_s=1)
+    fake_redis.set("rsi:T0:wake:main", "1")
+    with rc.sessions.begin() as s:
+        s.execute(sa.update(AgentRuntimeRow).values(updated_at=sa.func.datetime("now", "-1 hour")))
+    assert tick(turn_env).evicted == 1
+    assert rc.lifecycle("T0") == "inactive" and not fake_redis.exists("rsi:T0:wake:main")
+    rc.start_turn("T0", "again")
+    drain(turn_env, queue)
+    with rc.sessions() as s:
+        moves = [(e.detail["from"], e.detail["to"]) for e in s.execute(
+            sa.select(EventRow).where(EventRow.agent_id == "T0", EventRow.kind == "lifecycle",
+                                      EventRow.detail.is_not(None)).order_by(EventRow.id)).scalars()
+                 if "from" in e.detail]
+    assert moves == [("admitted", "running"), ("running", "idle"), ("idle", "inactive"),
+                     ("inactive", "admitted"), ("admitted", "running"), ("running", "idle")]
