@@ -51,6 +51,7 @@ __all__ = [
     "ProviderName",
     "RoleModel",
     "RoleModels",
+    "RuntimeParams",
     "Settings",
     "SimConfig",
     "settings_reference",
@@ -222,6 +223,73 @@ class ConsolidationParams(_Frozen):
         )
 
 
+class RuntimeParams(_Frozen):
+    """The agent runtime's limits, timers, daily caps and prices (docs/runtime/README.md#settings);
+    environment ``RSI_RUNTIME__<FIELD>``."""
+
+    max_depth: int = Field(1, ge=0, le=3)
+    """Deepest sub-agent level below a root (a root is depth 0)."""
+    max_live_children: int = Field(8, ge=1)
+    """Unsettled handles one session may hold."""
+    max_spawns_per_turn: int = Field(16, ge=1)
+    """Spawns one logical turn may make."""
+    max_running_per_tree: int = Field(8, ge=1)
+    """Turns of one tree running at once (tree slots)."""
+    max_slices: int = Field(8, ge=1)
+    """Slices of one logical turn; the last wait returns partial results at once."""
+    wait_cap_s: int = Field(600, ge=1)
+    """Longest wait of ``subagent_wait``, in seconds."""
+    child_timeout_s: int = Field(1800, ge=1)
+    """A child unsettled this long after its spawn is cancelled by the tick, in seconds."""
+    turn_lease_s: int = Field(60, ge=1)
+    """TTL of a turn's lease, in seconds; renewed on every call."""
+    max_turn_attempts: int = Field(3, ge=1)
+    """Crashed attempts of one io before the handle and the agent are ``failed``."""
+    turn_reserve_tokens: int = Field(200_000, ge=1)
+    """Largest reservation of one turn, in tokens."""
+    msg_max_chars: int = Field(16_384, ge=1)
+    """Longest message text, in characters."""
+    msg_max_pending: int = Field(20, ge=1)
+    """Unconsumed messages one mailbox (agent × session) may hold."""
+    msg_bucket: int = Field(3, ge=1)
+    """Sends an agent may make in a burst (token bucket size)."""
+    msg_refill_ms: int = Field(1000, ge=1)
+    """Milliseconds to refill one send of the bucket."""
+    msg_max_hops: int = Field(8, ge=1)
+    """Largest hop count of a message (1 + the largest hop count that started the sender's turn)."""
+    msg_per_turn: int = Field(8, ge=1)
+    """Messages one turn claims."""
+    tick_s: float = Field(5.0, gt=0)
+    """Period of ``rsi.tick`` (Celery beat), in seconds."""
+    idle_evict_s: int = Field(5400, ge=1)
+    """An idle agent becomes ``inactive`` after this many seconds."""
+    refine_cooldown_s: int = Field(1200, ge=1)
+    """An agent may request a refine once per this many seconds."""
+    tree_tokens_per_day: int = Field(5_000_000, ge=0)
+    """Daily cap: tokens of one tree (turns, spawns, messages, consolidation); 0 = no cap."""
+    agent_tokens_per_day: int = Field(2_000_000, ge=0)
+    """Daily cap: tokens of one agent's turns; 0 = no cap."""
+    tree_usd_per_day: float | None = Field(None, ge=0)
+    """Daily cap: USD of one tree, by ``prices``; unset = no cap."""
+    tree_turns_per_day: int = Field(5000, ge=0)
+    """Daily cap: turns of one tree; 0 = no cap."""
+    tree_spawns_per_day: int = Field(2000, ge=0)
+    """Daily cap: spawns in one tree; 0 = no cap."""
+    tree_messages_per_day: int = Field(5000, ge=0)
+    """Daily cap: messages sent in one tree; 0 = no cap."""
+    prices: dict[str, tuple[float, float]] = Field(default_factory=lambda: {"sim/sim-1": (1.0, 4.0)})
+    """``{"<provider>/<model>": [usd_per_mtok_in, usd_per_mtok_out]}`` as JSON."""
+
+    @field_validator("prices")
+    @classmethod
+    def _prices(cls, v: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        for key, (p_in, p_out) in v.items():
+            if "/" not in key or not all(p >= 0 and p == p and p != float("inf") for p in (p_in, p_out)):
+                raise ValueError("each key must be '<provider>/<model>' and each price a finite USD "
+                                 "per million tokens >= 0")
+        return v
+
+
 class Settings(BaseSettings):
     """All settings of a host process or a worker (docs/algorithm/formulas.md §1.6,
     docs/architecture.md#5-modes)."""
@@ -291,6 +359,7 @@ class Settings(BaseSettings):
     roles: RoleModels = RoleModels()
     sim: SimConfig = SimConfig()
     consolidation: ConsolidationParams = ConsolidationParams()
+    runtime: RuntimeParams = RuntimeParams()
 
     task_soft_time_limit_s: int = Field(600, ge=1)
     """Celery soft time limit of any task."""
@@ -411,6 +480,9 @@ class Settings(BaseSettings):
             elif name == "consolidation":
                 fields = value.model_dump().items()
                 env.update({f"RSI_CONSOLIDATION__{k.upper()}": text(v) for k, v in fields})
+            elif name == "runtime":
+                env.update({f"RSI_RUNTIME__{k.upper()}": text(v) for k, v in value.model_dump().items()
+                            if v is not None})
             elif value is not None:
                 env[f"RSI_{name.upper()}"] = text(value)
         return env
@@ -448,6 +520,9 @@ def settings_reference() -> list[tuple[str, str, str]]:
             rows += [(f"RSI_CONSOLIDATION__{k.upper()}", default_text(f), f.description or
             "docs/algorithm/formulas.md §1.4")
                      for k, f in ConsolidationParams.model_fields.items()]
+        elif name == "runtime":
+            rows += [(f"RSI_RUNTIME__{k.upper()}", default_text(f), f.description or "")
+                     for k, f in RuntimeParams.model_fields.items()]
         else:
             rows.append((f"RSI_{name.upper()}", default_text(info), info.description or ""))
     return rows
@@ -472,6 +547,7 @@ class _FlatPrefixSource(PydanticBaseSettingsSource):
         sim_fields = _nested_fields(SimConfig)
         role_fields = _nested_fields(RoleModel)
         consolidation_fields = _nested_fields(ConsolidationParams)
+        runtime_fields = _nested_fields(RuntimeParams)
         sim: dict[str, Any] = {}
         roles: dict[str, dict[str, Any]] = {}
         unknown: list[str] = []
@@ -484,7 +560,11 @@ class _FlatPrefixSource(PydanticBaseSettingsSource):
                 if name.split("__", 1)[1] not in {f.lower() for f in consolidation_fields}:
                     unknown.append(raw_key)
                 continue
-            if name in top and name not in ("sim", "roles", "consolidation"):
+            if name.startswith("runtime__"):
+                if name.split("__", 1)[1] not in runtime_fields:
+                    unknown.append(raw_key)
+                continue
+            if name in top and name not in ("sim", "roles", "consolidation", "runtime"):
                 continue
             if name.startswith("sim_") and name[4:] in sim_fields:
                 sim[name[4:]] = value

@@ -67,10 +67,13 @@ __all__ = [
     "DEFAULT_DISPATCH_TIMEOUT_S",
     "EVENT_EXCHANGE",
     "QUEUES",
+    "QUEUE_AGENTS",
     "QUEUE_CONSOLIDATE",
     "QUEUE_JUDGE",
     "QUEUE_REPLAY",
+    "RUNTIME_TASKS",
     "TASK_AFTER_INCUMBENT",
+    "TASK_AGENT_TURN",
     "TASK_CONSOLIDATE",
     "TASK_DRAFT_CANDIDATE",
     "TASK_DREAM_EPISODES",
@@ -80,6 +83,7 @@ __all__ = [
     "TASK_QUEUES",
     "TASK_REPLAY_TRIAL",
     "TASK_SWEEP",
+    "TASK_TICK",
     "DispatchedTask",
     "Dispatcher",
     "KombuDispatcher",
@@ -116,6 +120,16 @@ TASK_DRAFT_CANDIDATE = "rsi.draft_candidate"
 with the group of its candidate's ``replay_trial`` tasks."""
 TASK_JUDGE_ROUND = "rsi.judge_round"
 """``judge_round(results, run_id)``: the chord body after the drafts and their trials."""
+
+QUEUE_AGENTS = "agents"
+"""Queue of the agent runtime's turns (docs/runtime/README.md#turns); served by ``rsi worker -Q agents``.
+Kept out of :data:`QUEUES` and :data:`TASK_QUEUES`: the runtime's task is published to it by name."""
+TASK_AGENT_TURN = "rsi.agent_turn"
+"""``agent_turn(agent, session)``: one slice of a registered agent's session."""
+TASK_TICK = "rsi.tick"
+"""``tick()``: the runtime's periodic pass (overdue waits, unmarked mailboxes, child timeouts)."""
+RUNTIME_TASKS: tuple[str, ...] = (TASK_AGENT_TURN, TASK_TICK)
+"""The runtime's tasks, published to :data:`QUEUE_AGENTS` by name."""
 
 TASK_SWEEP = "rsi.sweep"
 """``sweep()``: the sweeper (Celery beat)."""

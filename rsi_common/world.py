@@ -349,6 +349,8 @@ def _validate(obj: Any, *, prepared: bool = False) -> dict[str, Any]:
         more = f" (+{len(errors) - 5} more)" if len(errors) > 5 else ""
         raise WorldError("; ".join(parts) + more) from None
     out = model.model_dump(mode="json", by_alias=True)
+    if out.get("runtime") is None:
+        out.pop("runtime", None)
     if not out["defects"]:
         del out["defects"]
     if not had_bytes:

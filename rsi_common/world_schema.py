@@ -183,6 +183,22 @@ class DefectRecord(_Closed):
     """What was replaced by U+FFFD: a lone surrogate, or U+0000."""
 
 
+class RuntimeRecord(_Closed):
+    """The optional ``runtime`` block of a world recorded by the agent runtime
+    (docs/runtime/subagents.md#worlds-and-replay); absent from every other world."""
+
+    root: str = Field(max_length=255)
+    parent: str | None = Field(None, max_length=255)
+    depth: int = Field(ge=0, le=3)
+    session: str = Field(max_length=255)
+    handle: str | None = Field(None, max_length=64)
+    slice: int = Field(ge=1)
+    request: str | list[dict[str, Any]] | None = None
+    """Slices ≥ 2: the input that opened the logical turn (its first slice's input)."""
+    messages_in: list[str] = Field(default_factory=list, max_length=64)
+    """Ids of the messages this world consumed."""
+
+
 class World(_Closed):
     """The ``rsi-world/1`` record (docs/formats.md §4.1), fields in the spec's order."""
 
@@ -207,6 +223,8 @@ class World(_Closed):
     memory: Memory = Memory()
     tools: Tools
     outcome: Outcome
+    runtime: RuntimeRecord | None = None
+    """Only in worlds of the agent runtime; absent (not ``null``) elsewhere, so old worlds are unchanged."""
     defects: list[DefectRecord] = Field(default_factory=list, max_length=MAX_DEFECTS)
     """Late field: repairs of the input boundary; emitted only when non-empty (absent = ``[]``)."""
     bytes: int = Field(0, ge=0)

@@ -15,6 +15,7 @@ locking rules on SQLite and PostgreSQL) and return ORM rows that stay readable a
 from __future__ import annotations
 
 from rsi_common.db import dream as dream  # the Dream tables join Base.metadata (migration 0007_dream)
+from rsi_common.db import runtime_models  # noqa: F401  (the runtime's tables join Base.metadata)
 from rsi_common.db.access import (
     SCOPES,
     AuditRow,

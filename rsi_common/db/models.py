@@ -132,6 +132,11 @@ class HarnessRow(Base):
     run_id: Mapped[str | None] = mapped_column(sa.String(64), nullable=True)
     summary: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
     """The adopting run's result summary (docs/algorithm/consolidation.md §3.1 ``summary()``)."""
+    origin: Mapped[str | None] = mapped_column(sa.String(16), nullable=True)
+    """``consolidate``, ``refine``, ``operator`` or ``clone`` (docs/runtime/refine.md#audit);
+    ``None`` on rows written before the runtime."""
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    revoked_reason: Mapped[str | None] = mapped_column(sa.String(500), nullable=True)
     created_at: Mapped[datetime] = _created()
 
 
@@ -177,6 +182,11 @@ class WorldRow(Base):
     """Serialized size of the world record (docs/formats.md §4.1)."""
     created_at: Mapped[datetime] = _created()
     enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    tainted: Mapped[bool] = mapped_column(sa.Boolean(), nullable=False, default=False,
+                                          server_default=sa.false())
+    """A tainted world never enters evaluation, the proposer's views, the critic's patterns or the
+    pairing (docs/runtime/refine.md#taint)."""
+    taint_reason: Mapped[str | None] = mapped_column(sa.String(300), nullable=True)
 
 
 class RunRow(Base):

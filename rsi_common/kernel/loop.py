@@ -9,11 +9,11 @@ turn early (cancel, model failure, cost budget).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from rsi_common.kernel.events import ToolCall, ToolResultEvent
 from rsi_common.kernel.ledger import TurnStop
-from rsi_common.kernel.messages import canonical, fix_interrupted, response_text, with_turn_context
+from rsi_common.kernel.messages import canonical, fix_interrupted, response_text, tool_uses, with_turn_context
 from rsi_common.kernel.runner import ToolRunner
 from rsi_common.kernel.types import Decision, ParsedStep, ToolDef, TurnStatus
 from rsi_common.llm import ModelRequest
@@ -84,9 +84,24 @@ class Hooks:
         )
 
 
+def _resumes(messages: list[dict[str, Any]], turn_input: object) -> bool:
+    """The input answers every tool use of the last history message: a resumed slice
+    (docs/runtime/subagents.md#wait-yield-and-resume), whose results are the input, not ``[interrupted]``."""
+    if not messages or not isinstance(turn_input, list):
+        return False
+    uses = {str(u.get("id")) for u in tool_uses(messages[-1])}
+    answered = {str(b.get("tool_use_id")) for b in turn_input
+                if isinstance(b, dict) and b.get("type") == "tool_result"}
+    return bool(uses) and uses == answered
+
+
 def accept_input(rt: TurnRuntime) -> None:
-    """Fix unanswered tool uses in history, then append the input as a user message."""
-    rt.messages = fix_interrupted(rt.messages)
+    """Fix unanswered tool uses in history (except those a resume input answers), then append the
+    input as a user message."""
+    if _resumes(rt.messages, rt.plan.input):
+        rt.messages = [*fix_interrupted(rt.messages[:-1]), rt.messages[-1]]
+    else:
+        rt.messages = fix_interrupted(rt.messages)
     rt.turn_start = len(rt.messages)
     rt.messages.append({"role": "user", "content": rt.plan.input})
 
@@ -204,6 +219,15 @@ def stage_tools(rt: TurnRuntime, hooks: Hooks, runner: ToolRunner | None, step: 
     for done in executed:
         rt.caller.emit(ToolResultEvent(done.tool_use_id, done.name, done.content, done.is_error,
                                        rt.iteration))
+    if any(e.pending is not None for e in executed):
+        ran = [e for e in executed if e.pending is None]
+        rt.pending = {"calls": [e.tool_use_id for e in executed],
+                      "results": {e.tool_use_id: e.result_block() for e in ran},
+                      "waits": {e.tool_use_id: e.pending for e in executed if e.pending is not None}}
+        rt.tool_calls_run += len(ran)
+        if rt.capture is not None and ran:
+            rt.capture.tool_batch(ran)
+        raise TurnStop("suspended", "AWAITING_CHILDREN", f"{len(rt.pending['waits'])} wait(s) pending")
     rt.messages.append({"role": "user", "content": [e.result_block() for e in executed]})
     rt.tool_calls_run += len(executed)
     rt.tool_errors += sum(1 for e in executed if e.is_error)

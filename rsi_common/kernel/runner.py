@@ -15,14 +15,19 @@ from __future__ import annotations
 import copy
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from rsi_common.kernel.tool_registry import ToolRegistry
-from rsi_common.kernel.types import ToolResult
+from rsi_common.kernel.types import ToolResult, TurnYield
 from rsi_common.stored import repair
 
-__all__ = ["ExecutedCall", "ToolRunner"]
+__all__ = ["CURRENT_TOOL_USE_ID", "ExecutedCall", "ToolRunner"]
+
+CURRENT_TOOL_USE_ID: ContextVar[str] = ContextVar("rsi_current_tool_use_id", default="")
+"""The ``tool_use`` id of the call an executor is running (executors that key idempotent writes
+on it read it, e.g. the runtime tools of docs/runtime/subagents.md)."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,8 @@ class ExecutedCall:
     is_error: bool
     repaired: int = 0
     """Characters of the host's result replaced by U+FFFD (recorded in the world's ``defects``)."""
+    pending: dict[str, Any] | None = None
+    """The executor raised :class:`~rsi_common.kernel.types.TurnYield`: its wait (no result yet)."""
 
     def result_block(self) -> dict[str, Any]:
         """The ``tool_result`` block for the next user message."""
@@ -68,12 +75,17 @@ class ToolRunner:
             content, is_error = f"[kernel] tool '{name}' has no executor", True
         else:
             arg = copy.deepcopy(tool_input) if isinstance(tool_input, dict) else {}
+            token = CURRENT_TOOL_USE_ID.set(str(call.get("id", "")))
             try:
                 out = tool.executor(arg)
+            except TurnYield as y:  # the turn suspends once the batch is done (docs/runtime/subagents.md)
+                return ExecutedCall(str(call.get("id", "")), name, tool_input, "", False, pending=y.wait)
             except Exception as exc:  # a failing tool is a result the model sees, not a turn failure
                 content, is_error = f"{type(exc).__name__}: {exc}", True
             else:
                 content, is_error = _normalize(out)
+            finally:
+                CURRENT_TOOL_USE_ID.reset(token)
             content, repaired = repair(content)  # text the model and the world can carry (module docstring)
             return ExecutedCall(str(call.get("id", "")), name, tool_input, content, is_error, repaired)
         return ExecutedCall(str(call.get("id", "")), name, tool_input, content, is_error)

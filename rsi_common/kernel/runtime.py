@@ -76,6 +76,8 @@ class TurnRuntime:
     """The turn's last tool result was an error."""
     tool_calls_run: int = 0
     tool_errors: int = 0
+    pending: dict[str, Any] | None = None
+    """Set when a tool batch yielded (``TurnResult.pending``)."""
     step_call_sets: list[list[str]] = field(default_factory=list)
     """Per main step, the sorted canonical ``(name, input)`` strings of its tool calls (repeat-stop)."""
     review_done: bool = False

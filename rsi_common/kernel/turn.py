@@ -153,7 +153,7 @@ def _finish(rt: TurnRuntime, hooks: Hooks, end: End, lineage: str) -> TurnResult
         steps=main_steps(rt), transcript=transcript,
         error=f"{end.reason}: {end.message}" if end.status == "failed" else "",
         usage=rt.ledger.billing_usage(), ledger=[r.to_json() for r in rt.ledger.records], events=rt.events,
-        record_error=capture_error,
+        record_error=capture_error, pending=rt.pending,
     )
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "TurnPlan",
     "TurnResult",
     "TurnStatus",
+    "TurnYield",
 ]
 
 TurnStatus = Literal["completed", "suspended", "blocked", "failed", "cancelled"]
@@ -293,3 +294,18 @@ class TurnResult:
     events: list[dict[str, Any]] = field(default_factory=list)
     recorded: bool = False
     record_error: str = ""
+    pending: dict[str, Any] | None = None
+    """A turn suspended with ``AWAITING_CHILDREN``: ``{"calls": [tool_use_id, …] in call order,
+    "results": {tool_use_id: tool_result block} of the calls that ran, "waits": {tool_use_id: wait}}``
+    (docs/runtime/subagents.md#wait-yield-and-resume); else ``None``."""
+
+
+class TurnYield(Exception):
+    """Raised by a host tool's executor to suspend the turn until its wait is met
+    (docs/runtime/subagents.md#wait-yield-and-resume). The kernel finishes the batch, drops its
+    ``tool_result`` message and ends the turn ``suspended``/``AWAITING_CHILDREN`` with
+    :attr:`TurnResult.pending`."""
+
+    def __init__(self, wait: Mapping[str, Any]) -> None:
+        super().__init__("AWAITING_CHILDREN")
+        self.wait = dict(wait)

@@ -39,6 +39,7 @@ from rsi_common.dispatch import (
     TASK_SWEEP,
 )
 from rsi_common.stored import error_record
+from rsi_worker.cluster.agent_tasks import register_agent_tasks
 from rsi_worker.cluster.evolve_tasks import register_evolve
 from rsi_worker.cluster.heartbeat import Heartbeat
 from rsi_worker.cluster.join import claim_dispatch, claim_step, claim_ttl_s
@@ -246,6 +247,7 @@ def register(app: Celery, ctx: WorkerContext, chain: list[Middleware] | None = N
         return _dispatch(app, deps, flow.run_step(deps, "judge_round", run_id))
 
     register_evolve(app, ctx, chain)
+    register_agent_tasks(app, ctx, chain)
 
     @task(app, chain, TASK_SWEEP, Policy(capped=lambda call: {"skipped": "redelivery cap"}))
     def sweep_task() -> dict[str, Any]:

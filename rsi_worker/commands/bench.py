@@ -256,3 +256,15 @@ def bench_dream_cmd(
 
     report = bench_dream(tasks=tasks, worlds=worlds, workers=workers, episodes=episodes)
     _print_flat(report, "rsi bench dream (target sandbox overhead < 20 ms median)", as_json)
+
+
+@bench.command("runtime")
+def bench_runtime_cmd(
+    n: int = typer.Option(200, "--n", min=1, help="Spawns (and child turns) measured."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """The agent runtime's spawn call and spawn → child's first model request (private PostgreSQL and
+    redis-server, inline driver)."""
+    from rsi_worker.bench.runtime import bench_runtime
+
+    _print_flat(bench_runtime(n), f"rsi bench runtime (n={n}, targets in the report)", as_json)

@@ -119,9 +119,9 @@ def _print_records(records: list[dict[str, Any]], as_json: bool) -> None:
 
 
 def _check_queues(value: str) -> str:
-    from rsi_common.dispatch import QUEUES
+    from rsi_common.dispatch import QUEUE_AGENTS, QUEUES
 
-    unknown = [q for q in value.split(",") if q not in QUEUES]
+    unknown = [q for q in value.split(",") if q not in (*QUEUES, QUEUE_AGENTS)]
     if unknown or not value:
         raise typer.BadParameter(f"unknown queue(s) {unknown}; the queues are {', '.join(QUEUES)}")
     return value

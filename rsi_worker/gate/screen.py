@@ -9,7 +9,8 @@ In order (the first failing stage names the rejection; its reasons are all repor
    :func:`rsi_common.harness.touched`), no platform field changed, no listed file missing.
 2. ``surface`` — not a no-op, no duplicated instruction, within the growth budget
    (:mod:`~rsi_worker.gate.surface`); a no-op ends the screen at once.
-3. ``privilege`` — :func:`~rsi_worker.gate.privileges.privilege_violations`.
+3. ``privilege`` — :func:`~rsi_worker.gate.privileges.privilege_violations` and the runtime's PV3/PV4
+   (:func:`~rsi_worker.gate.exploits.exploit_reasons`).
 4. ``precheck`` — the pattern precheck over the diff's added lines (credentials, platform setting
    names, evaluation artefacts, recorded world ids, expected-answer lines; :mod:`~rsi_worker.gate.precheck`).
 5. ``untrusted`` — over the added texts (:func:`~rsi_worker.gate.added.added_texts`): instruction
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from rsi_common.errors import ManifestError
 from rsi_common.harness import Harness, diff_trees, harness_from_workspace, touched, workspace_of
 from rsi_worker.gate.added import Added, added_texts
+from rsi_worker.gate.exploits import exploit_reasons
 from rsi_worker.gate.overrides import override_forms
 from rsi_worker.gate.precheck import Pattern, precheck
 from rsi_worker.gate.privileges import privilege_violations
@@ -66,6 +68,10 @@ class GateRound:
     patterns: Sequence[Pattern] = ()
     ceilings: Mapping[str, float] = field(default_factory=dict)
     max_instruction_chars: int = 4000
+    forbidden_terms: Sequence[str] = ()
+    """The agent's toolset's ``forbidden_terms`` (PV3, docs/runtime/refine.md#privilege-screen)."""
+    revoked_lines: Sequence[str] = ()
+    """Lines added by revoked versions of the agent (PV4)."""
 
 
 def _snippet(text: str) -> str:
@@ -113,7 +119,8 @@ def screen(rnd: GateRound, ws: Mapping[str, str]) -> Screened | None:
         return Screened("surface", found)
     stages = (
         ("surface", found),
-        ("privilege", privilege_violations(rnd.incumbent, cand, rnd.ceilings)),
+        ("privilege", privilege_violations(rnd.incumbent, cand, rnd.ceilings)
+         + exploit_reasons(added, rnd.forbidden_terms, rnd.revoked_lines)),
         ("precheck", precheck(diff_trees(workspace_of(rnd.incumbent), ws), rnd.patterns)),
         ("untrusted", list(dict.fromkeys(_untrusted(rnd, added)))),
     )

@@ -1,7 +1,7 @@
 """The recorded inputs of a run, for replaying it (docs/operations/chaos.md#reproducible-runs).
 
 Revision ID: 0009_run_inputs
-Revises: 0007_dream
+Revises: 0008_runtime
 
 """
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0009_run_inputs"
-down_revision: str | None = "0007_dream"
+down_revision: str | None = "0008_runtime"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
