@@ -87,15 +87,28 @@ ADVERSARIAL = {
 }
 
 
+def _pipes() -> set[str]:
+    """This process's open pipes (``/proc/self/fd`` targets); other descriptors are not ours to count."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # closed between listdir and readlink
+        if target.startswith("pipe:"):
+            out.add(target)
+    return out
+
+
 @pytest.mark.parametrize("case", sorted(ADVERSARIAL))
 def test_adversarial_code_stops_cleanly(case: str, toy: TreeWorld) -> None:
     body, reason = ADVERSARIAL[case]
     plan = "def plan_grid(ctx):\n    return {'branch_count': 3, 'refine_count': 2}\n"
     source = body if "def plan_grid" in body else plan + body
-    fds_before = set(os.listdir("/proc/self/fd"))
+    pipes_before = _pipes()
     stop, message = _episode(source, toy, FAST if reason == "timeout" else ROOMY)
     assert stop == reason, message
-    assert set(os.listdir("/proc/self/fd")) <= fds_before  # no pipe left behind (GC may close others)
+    assert _pipes() <= pipes_before  # no pipe left behind (other threads may open other files)
     with pytest.raises(ChildProcessError):
         os.waitpid(-1, os.WNOHANG)  # every child was reaped
 
