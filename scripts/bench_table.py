@@ -110,7 +110,7 @@ def consolidate_rows(d: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         )
     )
     hop = d.get("celery_hop")
-    if hop:
+    if hop and "error" not in hop:
         rows.append(
             (
                 "Celery cost per hop (no-op task round trip through the broker, a worker thread and "

@@ -11,8 +11,8 @@ order) form two waves:
 * **the rest** waits before its replay (:func:`await_first_wave`) until the candidate is cancelled
   (then it stores ``cancelled`` without a model call), or a first-wave trial passed a criterion (the
   candidate is not hopeless: go), or every first-wave slot was counted, or ``early_stop_wave_s``
-  passed (default :data:`WAVE_WAIT_S`; 0 turns waves off; a bound on the wait, so a cluster whose threads all wait cannot stall). The wait renews
-  the run's lease like a replay does.
+  passed (default :data:`WAVE_WAIT_S`; 0 turns waves off; a bound on the wait, so a cluster whose
+  threads all wait cannot stall). The wait renews the run's lease like a replay does.
 
 What is decided never changes: the exact bound is order-free and a waiting trial runs or is cancelled
 exactly as it would be at its turn (``tests/unit/math/test_early_stop_invariant.py``). The price is
