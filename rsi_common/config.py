@@ -165,6 +165,9 @@ class ConsolidationParams(_Frozen):
     """Replay concurrency of one evaluation in-process (the replay queue decides when distributed)."""
     early_stop: bool = True
     """Exact-bound early stop of hopeless candidates."""
+    early_stop_wave_s: float = Field(30.0, ge=0.0, le=600.0)
+    """Longest wait of a candidate's second-wave trial for its first wave (seconds; 0: no waves, every
+    trial starts at once; docs/performance/consolidation.md#trial-order)."""
     max_valid_rate_drop: float = 0.15
     """Rate guard: tolerated fall of the valid-answer rate."""
     max_nosub_rise: float = 0.15

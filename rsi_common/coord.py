@@ -522,7 +522,18 @@ class Coordinator:
 
     def bounds(self, run: str, cand: str) -> Bounds | None:
         """The candidate's stored bound state, or ``None`` if not initialised (or expired)."""
-        raw = self.client.hgetall(bound_key(run, cand))
+        return self._bounds(self.client.hgetall(bound_key(run, cand)))
+
+    def bound_progress(self, run: str, cand: str) -> tuple[Bounds | None, int]:
+        """The candidate's bound state and how many trial slots it counted (one round trip)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hgetall(bound_key(run, cand))
+        pipe.scard(slots_key(run, cand))
+        raw, counted = pipe.execute()
+        return self._bounds(raw), int(counted or 0)
+
+    @staticmethod
+    def _bounds(raw: Any) -> Bounds | None:
         if not raw:
             return None
         h = {_text(k): _text(v) for k, v in raw.items()}

@@ -5,7 +5,8 @@
     rsi bench ingest --turns 2000 --agents 100 --threads 1,8 --backend both --json > ingest.json
     rsi bench scale --json > scale.json
     RSI_SIM_LATENCY_MS=200 rsi loadtest --embedded --rate 20 --duration 20 --agents 10 --json > loadtest.json
-    scripts/bench_table.py consolidate.json ingest.json scale.json loadtest.json
+    rsi bench efficacy --json > efficacy.json
+    scripts/bench_table.py consolidate.json ingest.json scale.json loadtest.json efficacy.json
 
 Each figure is printed beside its target and whether it is met; a report not given is left out.
 """
@@ -108,6 +109,51 @@ def consolidate_rows(d: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
             _met(True),
         )
     )
+    hop = d.get("celery_hop")
+    if hop and "error" not in hop:
+        rows.append(
+            (
+                "Celery cost per hop (no-op task round trip through the broker, a worker thread and "
+                "the result backend)",
+                "(same run)",
+                f"median {hop['median_ms']} ms, p90 {hop['p90_ms']} ms ({hop['n']} round trips)",
+                "reported (bounds wall / CP)",
+                _met(True),
+            )
+        )
+    return rows
+
+
+def efficacy_rows(d: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    keys = [k for k in d if re.fullmatch(r"\d+(\.\d+)?", k)]
+    cfg = d["config"]
+    levels = "; ".join(
+        f"noise {k}: held-out {100 * (d[k]['heldout_h0'] or 0):.1f} → "
+        f"{100 * (d[k]['heldout_final'] or 0):.1f} %, "
+        f"false {d[k]['false_adoptions']}, harmful {d[k]['harmful_adoptions']}"
+        for k in keys
+    )
+    gains = {t: ok for t, ok in d["targets"].items() if "noop" not in t}
+    rows = [
+        (
+            f"learning efficacy ({cfg['agents']} simulated agents per noise level, seed {cfg['seed']})",
+            "`rsi bench efficacy --json`",
+            f"{levels} ({d['seconds']} s)",
+            "held-out gain per level, 0 false and 0 harmful adoptions",
+            _met(all(gains.values())),
+        )
+    ]
+    if "noop_adoption_rate" in d:
+        rate = d["noop_adoption_rate"] or 0.0
+        rows.append(
+            (
+                "no-op candidates adopted",
+                "(same run)",
+                f"{100 * rate:.1f} % of {d['noop_runs']} runs",
+                "≤ 1 %",
+                _met(rate <= 0.01),
+            )
+        )
     return rows
 
 
@@ -191,7 +237,7 @@ def loadtest_rows(d: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
 
 
 def main(argv: list[str]) -> int:
-    consolidate, ingest, scale, loadtest = (_load(a) for a in (argv + [""] * 4)[:4])
+    consolidate, ingest, scale, loadtest, efficacy = (_load(a) for a in (argv + [""] * 5)[:5])
     rows: list[tuple[str, str, str, str, str]] = []
     if consolidate:
         rows += consolidate_rows(consolidate)
@@ -201,6 +247,8 @@ def main(argv: list[str]) -> int:
         rows += ingest_rows(ingest)
     if loadtest:
         rows += loadtest_rows(loadtest)
+    if efficacy:
+        rows += efficacy_rows(efficacy)
     print("| figure | command | result | target | |")
     print("|---|---|---|---|---|")
     for row in rows:

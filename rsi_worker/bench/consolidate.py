@@ -42,6 +42,8 @@ Measured from the stored run (never from timing asserts in tests):
    bound needs (:func:`failures_to_stop`), with the saving in % of it.
 6. A no-signal run's ``consolidate`` task time (:mod:`rsi_worker.bench.nosignal`), for a new
    conversation's turn and for a follow-up turn (which the implicit-signal reader reads).
+7. Celery's cost per hop on the same workers (:mod:`rsi_worker.bench.hops`): the round trip of a
+   no-op task.
 """
 
 from __future__ import annotations
@@ -442,6 +444,7 @@ def _machine() -> dict[str, Any]:
 
 def bench_consolidate(cfg: ConsolidateBench | None = None) -> dict[str, Any]:
     """Run every measurement of the module docstring; returns the report (JSON-safe)."""
+    from rsi_worker.bench.hops import bench_hops
     from rsi_worker.bench.nosignal import bench_no_signal
 
     cfg = cfg or ConsolidateBench()
@@ -466,6 +469,10 @@ def bench_consolidate(cfg: ConsolidateBench | None = None) -> dict[str, Any]:
         report["early_stop"] = _early_stop(rt, cfg, "hopeless", cfg.hopeless_accepted, cfg.hopeless_corrected)
         report["early_stop_standard"] = _early_stop(rt, cfg, "standard", cfg.accepted, cfg.corrected)
         report["no_signal"] = bench_no_signal(rt, cfg.no_signal_runs)
+        try:
+            report["celery_hop"] = bench_hops(rt.settings)
+        except Exception as exc:  # the other figures are kept
+            report["celery_hop"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     report["machine_after"] = _machine()
     report["targets"] = _targets(report)
     return report
@@ -547,6 +554,10 @@ def report_table(report: Mapping[str, Any]) -> Any:
             ("   open / finalize median; reader calls per run", f"{one['open_median_ms']} / "
              f"{one['finalize_median_ms']} ms; {one['signal_calls_per_run']}", ""),
         ]
+    hop = report.get("celery_hop")
+    if hop and "error" not in hop:
+        rows.append(("7. Celery hop (no-op task round trip)", f"median {hop['median_ms']} ms, p90 "
+                     f"{hop['p90_ms']} ms ({hop['n']}×)", ""))
     for row in rows:
         table.add_row(*row)
     return table

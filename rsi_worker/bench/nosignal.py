@@ -37,7 +37,7 @@ from rsi_common.db import save_world
 from rsi_common.llm import make_client
 from rsi_worker.bench.ingest import StatementCounter, percentile
 from rsi_worker.consolidate import Deps, open_run
-from rsi_worker.consolidate.finalize import finalize
+from rsi_worker.consolidate.flow import close
 from rsi_worker.jobs.scenario import CORRECTION, conversation_turn, next_history
 from rsi_worker.runtime import Runtime
 
@@ -92,8 +92,10 @@ def _one(rt: Runtime, deps: Deps, io: str) -> tuple[float, float, str, int]:
     t1 = time.perf_counter()
     if nxt.kind != "final" or nxt.result is None:
         raise RuntimeError(f"a no-signal run went on to {nxt.kind!r}")
-    result, rerun = finalize(deps, nxt.ctx, nxt.result)
+    result, rerun = close(deps, nxt)
     t2 = time.perf_counter()
+    if result is None:
+        raise RuntimeError("a no-signal run found its row written by another delivery")
     if rerun is not None:
         raise RuntimeError("a no-signal run asked for a re-run")
     calls = int(((result.usage or {}).get("signal") or {}).get("calls") or 0)

@@ -100,7 +100,7 @@ def _dispatch(app: Celery, deps: Deps, nxt: Next) -> str:
     if nxt.kind == "final":
         result, rerun = flow.close(deps, nxt)
         _rerun(app, deps, rerun)
-        return result.status
+        return result.status if result is not None else "stop"
     edge = flow.edge(nxt)
     if edge is None:
         return "stop"

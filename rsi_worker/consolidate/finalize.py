@@ -36,8 +36,8 @@ from rsi_worker.consolidate.state import ConsolidationState, prune_cache, rememb
 from rsi_worker.consolidate.trials import row_json
 
 __all__ = [
-    "Settled", "build_state", "failed_result", "finalize", "interrupt", "release", "run_of", "run_usage",
-    "settle", "settle_lease",
+    "Settled", "build_state", "close_lease", "failed_result", "finalize", "interrupt", "release", "run_of",
+    "run_usage", "settle", "settle_lease",
 ]
 
 log = logging.getLogger(__name__)
@@ -166,10 +166,10 @@ def finalize(
         )
     elif written.outcome == "adopted":
         _announce(deps, ctx.agent_id)
-    return result, _close_lease(deps, ctx, result, sorted(drafts))
+    return result, close_lease(deps, ctx, result, sorted(drafts))
 
 
-def _close_lease(
+def close_lease(
     deps: Deps, ctx: RoundContext, result: ConsolidationResult, drafts: list[str]
 ) -> Lease | None:
     """After the final write: drop the run keys (best effort: they expire anyway), release the lease

@@ -36,10 +36,11 @@ from rsi_common.coord import Lease
 from rsi_common.db import get_run
 from rsi_common.errors import CoordinationError, LeaseLost
 from rsi_common.stored import error_record
+from rsi_worker.consolidate import quiet
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.drafting import draft_and_launch
 from rsi_worker.consolidate.evaluate import TrialSlot
-from rsi_worker.consolidate.finalize import Settled, finalize, settle, settle_lease
+from rsi_worker.consolidate.finalize import Settled, close_lease, finalize, settle, settle_lease
 from rsi_worker.consolidate.incumbent import after_incumbent
 from rsi_worker.consolidate.inputs import record_inputs
 from rsi_worker.consolidate.judging import judge_round
@@ -164,6 +165,9 @@ def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
         LeaseLost: the lease was not held any more.
         InvalidInput: ``kind`` is empty or too long (nothing is written).
     """
+    decided = quiet.decide(deps, lease, force=force, kind=kind)  # nothing to learn: one read
+    if decided is not None:
+        return decided
     ctx, running = open_row(deps, lease, force=force, kind=kind)
     if not running:
         return Next("stop", ctx)
@@ -257,9 +261,16 @@ def run_draft(deps: Deps, run_id: str, variant: str) -> dict[str, Any]:
     return run_member(deps, "drafts", run_id, variant)
 
 
-def close(deps: Deps, nxt: Next) -> tuple[ConsolidationResult, Lease | None]:
-    """Write a ``final`` outcome (``finalize``): the result as written and the re-run's lease, if any."""
+def close(deps: Deps, nxt: Next) -> tuple[ConsolidationResult | None, Lease | None]:
+    """Write a ``final`` outcome (``finalize``; a quiet run's one write, ``quiet.record``): the result
+    as written and the re-run's lease, if any. ``(None, None)``: a quiet run found its fence's row
+    written by a duplicate delivery, which owns the run and its lease."""
     assert nxt.kind == "final" and nxt.result is not None
+    if nxt.quiet is not None:
+        written = quiet.record(deps, nxt)
+        if written is None:
+            return None, None
+        return written, close_lease(deps, nxt.ctx, written, [])
     return finalize(deps, nxt.ctx, nxt.result)
 
 

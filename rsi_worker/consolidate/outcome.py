@@ -28,6 +28,9 @@ class Next:
     slots: list[TrialSlot] = field(default_factory=list)
     variants: list[str] = field(default_factory=list)
     result: ConsolidationResult | None = None
+    quiet: object | None = None
+    """A ``final`` decided by the no-signal fast path (``consolidate.quiet.QuietRun``): its run row is
+    not written yet, ``flow.close`` writes it in one transaction."""
 
 
 def final(ctx: RoundContext, status: Status, reason: str, t0: float) -> Next:

@@ -65,6 +65,8 @@ def signal_digest(signals: Mapping[str, Any] | None) -> str:
     Only what can change a criterion enters the digest; the implicit verdict counts when its kind
     is ``correction``, ``complaint`` or ``accept`` (its ``evidence`` and ``error`` never do).
     """
+    if not signals and _EMPTY is not None:  # most worlds: no signal (the same digest, not re-hashed)
+        return _EMPTY
     s = dict(signals or {})
     implicit = s.get("implicit")
     imp: dict[str, Any] | None = None
@@ -81,7 +83,8 @@ def signal_digest(signals: Mapping[str, Any] | None) -> str:
     return hashlib.sha256(_canonical(summary)).hexdigest()[:16]
 
 
-EMPTY_DIGEST = signal_digest({})
+_EMPTY: str | None = None
+EMPTY_DIGEST = _EMPTY = signal_digest({})
 
 
 def _copy_json(x: Any) -> Any:

@@ -22,6 +22,7 @@ from rsi_common.replay import PolicySpec, ReplayResult, replay_world
 from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, load_world
 from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, score
 from rsi_worker.consolidate.spend import charge, over_cap, usage_tokens
+from rsi_worker.consolidate.waves import await_first_wave
 from rsi_worker.roles.judge import CriteriaJudge, request_text
 
 __all__ = ["row_json", "run_trial", "slot_key"]
@@ -103,6 +104,18 @@ def _store(deps: Deps, ctx: RoundContext, slot: TrialSlot, **values: Any) -> dic
     return out
 
 
+def _second_wave_stopped(deps: Deps, ctx: RoundContext, slot: TrialSlot,
+                         checks_of: Mapping[str, Any]) -> bool:
+    """A candidate's second-wave replay waits for its first wave (:mod:`~rsi_worker.consolidate.waves`);
+    True when it must not run (the candidate was cancelled, or the lease lost, meanwhile)."""
+    wait_s = deps.params.early_stop_wave_s
+    if slot.candidate == INCUMBENT or not ctx.early_stop or slot.source != "replay" or wait_s <= 0:
+        return False
+    return await_first_wave(slot, ctx.slots.get(slot.candidate) or [], checks_of,
+                            lambda: deps.coord.bound_progress(ctx.run_id, slot.candidate),
+                            _Heartbeat(deps, ctx, slot.candidate), wait_s=wait_s, margin=deps.coord.margin)
+
+
 def run_trial(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], slot: TrialSlot) -> dict[str, Any]:
     """Run (or return the stored result of) one trial slot of a running run; see the module docstring.
     The ``trials`` member of the state machine (``flow.run_trial``), run after its lease check;
@@ -125,6 +138,8 @@ def run_trial(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], slot: Tr
     if world is None or harness is None:
         error = "world no longer stored" if world is None else harness_error
         return _store(deps, ctx, slot, status="missing", weight=len(checks), result={"error": error})
+    if _second_wave_stopped(deps, ctx, slot, checks_of=ctx.checks):
+        return _store(deps, ctx, slot, status="cancelled", result={"reason": "cancelled before the replay"})
     if slot.source == "replay" and over_cap(deps, ctx.agent_id) is not None:
         return _store(deps, ctx, slot, status="missing", weight=len(checks),
                       result={"error": "spend cap reached: not replayed"})

@@ -63,8 +63,8 @@ class WorldPool:
         """World id → why the row was left out."""
         self.worlds: list[PoolWorld] = []
         for h in heads:
-            try:
-                signals = decode_stored(h.signals, "signals") or {}
+            try:  # most rows carry no signal: their text needs no decoding (the same empty object)
+                signals = {} if h.signals == "{}" else decode_stored(h.signals, "signals") or {}
             except StoredDataError as exc:
                 self.skipped[h.id] = str(exc)
                 continue

@@ -1,0 +1,197 @@
+"""The no-signal fast path: a run with nothing to learn decided from one read and recorded with one
+write (docs/performance/consolidation.md#the-no-signal-path).
+
+Most turns carry no signal. Their run would open its row (one write transaction), read the agent and
+the world pool, find nothing to learn and write its result (a second write transaction, with
+re-reads). Here instead:
+
+1. **one read transaction** (deferred on SQLite, no write lock): the agent's ``frozen``,
+   ``current_version``, ``applied_fence``, ``state`` and whether a run row exists at the lease's fence
+   (one statement), then the world pool's row columns (one statement; a record only for the first
+   world whose checks quote its answer, as in ``opening._nothing_to_learn``). The decision is the
+   ordinary one (:func:`~rsi_worker.consolidate.opening._survey`, ``_nothing_to_learn``) — the same
+   status and reason as the full path;
+2. **one write transaction**: the fenced compare-and-swap on the agent (``UPDATE … SET applied_fence =
+   fence [, state] WHERE applied_fence = <as read>``) and the finished run row (``INSERT … ON CONFLICT
+   (agent_id, fence) DO NOTHING``) with its context, result and reason — the audit trail of the full
+   path in one row. The run retention runs on every :data:`RUN_RETENTION_EVERY`-th fence of the agent.
+
+The fast path declines (``None``: the caller takes the full path, which decides exactly as before)
+when anything is out of the ordinary: a forced run, an unknown or frozen agent, a run row at the
+fence already (a redelivery), a newer fence applied, an unreadable state, no usable world, an unread
+conversation pair (the implicit-signal reader must read it: a follow-up turn), a spend cap reached,
+the lease not renewable, or a signal to learn from. At write time, a compare-and-swap that finds the
+agent written meanwhile re-reads it under the lock: a newer fence → the row is recorded
+``interrupted`` (superseded) like the full path's final write; an older writer → the seen digests are
+merged into the fresh state. A run row found at the fence (a concurrent duplicate delivery) rolls
+everything back and the run is left to that delivery (``stop``).
+
+The row is written once, at the end: ``started_at`` = ``finished_at`` (the database clock) and the
+task's own time is ``result.seconds``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from rsi_common.coord import Lease
+from rsi_common.db import retain_runs
+from rsi_common.db.models import AgentRow, RunRow
+from rsi_common.db.runs import new_run_id
+from rsi_common.db.sqltypes import JSONType, db_now
+from rsi_common.harness import H0_VERSION
+from rsi_common.stored import StoredDataError
+from rsi_worker.consolidate.context import Deps, RoundContext
+from rsi_worker.consolidate.opening import (
+    KIND_CONSOLIDATE,
+    MAX_KIND_CHARS,
+    _nothing_to_learn,
+    _policy,
+    _survey,
+)
+from rsi_worker.consolidate.outcome import Next
+from rsi_worker.consolidate.result import ConsolidationResult
+from rsi_worker.consolidate.signals import unread_pairs
+from rsi_worker.consolidate.spend import over_cap, spend_summary
+from rsi_worker.consolidate.state import ConsolidationState
+from rsi_worker.consolidate.worlds import WorldPool
+
+__all__ = ["RUN_RETENTION_EVERY", "QuietRun", "decide", "record"]
+
+RUN_RETENTION_EVERY = 16
+"""A quiet run applies the run retention when its fence is a multiple of this (the full path applies
+it on every run): between two, at most ``RUN_RETENTION_EVERY - 1`` rows beyond ``run_retention``."""
+
+_A: sa.Table = AgentRow.__table__  # type: ignore[assignment]
+_R: sa.Table = RunRow.__table__  # type: ignore[assignment]
+
+
+@dataclass
+class QuietRun:
+    """What the read found, carried from :func:`decide` to :func:`record` (never stored)."""
+
+    state: dict[str, Any] | None
+    """The state to save: the stored one with the run's seen digests, ``None`` when they change
+    nothing (``finalize.build_state`` of a run without a round)."""
+    applied_fence: int
+    """``applied_fence`` as read: the compare-and-swap's expected value."""
+    kind: str
+    t0: float
+    """``time.monotonic()`` at the task's start."""
+
+
+def _read_agent(session: Session, agent_id: str, fence: int) -> Any:
+    at_fence = sa.select(_R.c.id).where(_R.c.agent_id == agent_id, _R.c.fence == fence).exists()
+    return session.execute(
+        sa.select(_A.c.frozen, _A.c.current_version, _A.c.applied_fence, _A.c.state, at_fence.label("opened"))
+        .where(_A.c.id == agent_id)).one_or_none()
+
+
+def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CONSOLIDATE) -> Next | None:
+    """The run of ``lease`` decided from one read when it has nothing to learn: a ``final``
+    ``recorded`` :class:`Next` carrying a :class:`QuietRun` (nothing written yet; :func:`record` writes
+    it), or ``None`` — the full path must run (module docstring)."""
+    t0 = time.monotonic()
+    if force or not isinstance(kind, str) or not 0 < len(kind) <= MAX_KIND_CHARS:
+        return None
+    params = deps.params
+    ctx = RoundContext(run_id=new_run_id(), agent_id=lease.agent, fence=lease.fence, token=lease.token,
+                       io_id=lease.io, early_stop=params.early_stop)
+    with deps.sessions() as session:
+        session.connection(execution_options={"sqlite_begin": "DEFERRED"})
+        row = _read_agent(session, lease.agent, lease.fence)
+        if row is None or row.frozen or row.opened or int(row.applied_fence) >= lease.fence:
+            return None
+        try:
+            state = ConsolidationState.from_json(row.state)
+        except StoredDataError:
+            return None
+        pool = WorldPool.latest(session, lease.agent, params.world_pool)
+        worlds = pool.usable()
+        if not worlds:
+            return None
+        ctx.start_version = row.current_version
+        ctx.inc_version = ctx.start_version or H0_VERSION
+        ctx.t = state.t
+        latest = next((w for w in worlds if w.io_id == (lease.io or "")), None)
+        ctx.latest = latest.id if latest else None
+        ctx.provider, ctx.model = _policy(worlds, latest, deps)
+        if unread_pairs(worlds, ctx.latest or "", params.signal_pairs):
+            return None
+        worlds, fresh = _survey(ctx, state, pool)
+        nxt = _nothing_to_learn(ctx, worlds, fresh, t0)
+        ctx.skipped_worlds = dict(pool.skipped)
+        session.commit()
+    if nxt is None or over_cap(deps, lease.agent) is not None or not deps.coord.renew(lease):
+        return None
+    nxt.quiet = QuietRun(state.to_json() if state.set_seen(ctx.digests, ctx.loaded) else None,
+                         int(row.applied_fence), kind, t0)
+    return nxt
+
+
+def _seen_state(start: Any, ctx: RoundContext) -> dict[str, Any] | None:
+    """The state to save: ``start`` with the run's seen digests, or ``None`` when they change nothing
+    (``finalize.build_state`` of a run without a round)."""
+    state = ConsolidationState.from_json(start)
+    return state.to_json() if state.set_seen(ctx.digests, ctx.loaded) else None
+
+
+def record(deps: Deps, nxt: Next) -> ConsolidationResult | None:
+    """Write the quiet run of ``nxt`` (module docstring) in one transaction; returns the result as
+    written (``interrupted`` when a newer fence was applied meanwhile), or ``None`` when a run row
+    appeared at the fence meanwhile (nothing written: that delivery owns the run).
+
+    The caller then closes the lease (``finalize``'s lease handling)."""
+    q, ctx, result = nxt.quiet, nxt.ctx, nxt.result
+    assert isinstance(q, QuietRun) and result is not None
+    result.usage = dict(ctx.usage)
+    result.spend = {**spend_summary(result.usage, []), **result.spend}
+    if ctx.skipped_worlds and not result.skipped_worlds:
+        result.skipped_worlds = dict(ctx.skipped_worlds)
+    state = q.state
+    with deps.sessions() as session:
+        conn = session.connection()
+        values: dict[str, Any] = {"applied_fence": ctx.fence, "updated_at": db_now()}
+        if state is not None:
+            values["state"] = sa.bindparam("state", state, type_=JSONType)
+        swap = sa.update(_A).where(_A.c.id == ctx.agent_id, _A.c.applied_fence == q.applied_fence)
+        swapped = conn.execute(swap.values(**values)).rowcount
+        if not swapped:  # written meanwhile (rare): re-read under the lock
+            fresh = conn.execute(sa.select(_A.c.applied_fence, _A.c.state).where(_A.c.id == ctx.agent_id)
+                                 .with_for_update()).one()
+            if int(fresh.applied_fence) >= ctx.fence:
+                result.status, result.reason, result.state = "interrupted", "superseded", None
+            else:
+                state = _seen_state(fresh.state, ctx)
+                merged: dict[str, Any] = {"applied_fence": ctx.fence, "updated_at": db_now()}
+                if state is not None:
+                    merged["state"] = sa.bindparam("state", state, type_=JSONType)
+                conn.execute(sa.update(_A).where(_A.c.id == ctx.agent_id).values(**merged))
+        result.state = state if result.status != "interrupted" else None
+        result.seconds = time.monotonic() - q.t0
+        inserted = conn.execute(
+            _insert(conn.dialect.name).values(
+                id=ctx.run_id, agent_id=ctx.agent_id, kind=q.kind, io_id=ctx.io_id, status=result.status,
+                reason=result.reason, start_version=ctx.start_version, fence=ctx.fence,
+                params=sa.bindparam("params", ctx.to_json(), type_=JSONType),
+                result=sa.bindparam("result", result.summary(), type_=JSONType),
+                started_at=db_now(), finished_at=db_now(),
+            ).on_conflict_do_nothing(index_elements=["agent_id", "fence"])).rowcount
+        if not inserted:
+            session.rollback()
+            return None
+        if ctx.fence % RUN_RETENTION_EVERY == 0:
+            retain_runs(conn, ctx.agent_id, deps.settings.run_retention)
+        session.commit()
+    return result
+
+
+def _insert(dialect: str) -> Any:
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(_R)

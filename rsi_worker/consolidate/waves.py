@@ -1,0 +1,83 @@
+"""Wave scheduling of a candidate's trials for early stop
+(docs/performance/consolidation.md#trial-order).
+
+On a cluster with free threads every trial of a candidate starts at once, so a hopeless candidate's
+trials have all made their model calls before the first failure is counted: the cancel flag then
+saves nothing. Here a candidate's slots (in :func:`~rsi_worker.consolidate.evaluate.plan_candidate`
+order) form two waves:
+
+* **the first wave**: the shortest prefix of the slots whose failure alone lets the exact bound stop
+  the candidate (:func:`first_wave`, the floor of early stop's work — the benchmark's ceiling);
+* **the rest** waits before its replay (:func:`await_first_wave`) until the candidate is cancelled
+  (then it stores ``cancelled`` without a model call), or a first-wave trial passed a criterion (the
+  candidate is not hopeless: go), or every first-wave slot was counted, or ``early_stop_wave_s``
+  passed (default :data:`WAVE_WAIT_S`; 0 turns waves off; a bound on the wait, so a cluster whose
+  threads all wait cannot stall). The wait renews the run's lease like a replay does.
+
+What is decided never changes: the exact bound is order-free and a waiting trial runs or is cancelled
+exactly as it would be at its turn (``tests/unit/math/test_early_stop_invariant.py``). The price is
+latency for a candidate that is neither hopeless nor passing in its first wave: its second wave starts
+one trial later.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rsi_common.coord import Bounds
+from rsi_common.math.bounds import can_stop_exactly
+from rsi_worker.consolidate.evaluate import TrialSlot
+
+__all__ = ["WAVE_POLL_S", "WAVE_WAIT_S", "await_first_wave", "first_wave"]
+
+WAVE_WAIT_S = 30.0
+"""Longest wait of a second-wave trial for its first wave."""
+WAVE_POLL_S = 0.05
+"""Interval of the waiting trial's look at the candidate's bound."""
+
+
+def first_wave(slots: Sequence[TrialSlot], checks: Mapping[str, Sequence[Any]], bounds: Bounds,
+               margin: float) -> int:
+    """How many leading ``slots`` decide the stop if they all fail: the smallest n whose failed
+    weight lets :func:`~rsi_common.math.bounds.can_stop_exactly` hold from the bound's start
+    (A = B = 0, R = R₀ = the stored ``R + B``); ``len(slots)`` when no prefix can."""
+    total, failed = bounds.R + bounds.B, 0
+    for n, slot in enumerate(slots, start=1):
+        failed += len(checks.get(slot.world_id) or ())
+        if can_stop_exactly(0, failed, total - failed, bounds.S_star, bounds.delta, bounds.S_t,
+                            margin=margin):
+            return n
+    return len(slots)
+
+
+def await_first_wave(slot: TrialSlot, plan: Sequence[Mapping[str, Any]], checks: Mapping[str, Sequence[Any]],
+                     read: Callable[[], tuple[Bounds | None, int]], stop: Callable[[], bool], *,
+                     wait_s: float = WAVE_WAIT_S, poll_s: float = WAVE_POLL_S,
+                     margin: float = 1e-9) -> bool:
+    """Wait while ``slot`` is in its candidate's second wave and the first wave is undecided
+    (module docstring); True when the trial must not run (``stop()`` said so: cancelled or lease lost).
+
+    Args:
+        plan: the candidate's stored slots (JSON), in plan order.
+        read: the candidate's bound and the number of slots counted in it (Redis).
+        stop: the replay's cancel callback (cancel flag; renews the lease).
+    """
+    slots = [TrialSlot.from_json(s) for s in plan]
+    mine = (slot.world_id, slot.trial)
+    index = next((i for i, s in enumerate(slots) if (s.world_id, s.trial) == mine), None)
+    bounds, counted = read()
+    if index is None or bounds is None:
+        return False
+    wave = first_wave(slots, checks, bounds, margin)
+    if index < wave:
+        return False
+    deadline = time.monotonic() + wait_s
+    while True:
+        if stop():
+            return True
+        if bounds is None or bounds.A > 0 or counted >= wave or time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+        bounds, counted = read()
