@@ -16,6 +16,8 @@ Keys (``{agent}``, ``{run}``, ``{cand}`` are format fields; values are UTF-8 str
                                   ``delta``, ``S_t`` (``repr`` floats); TTL ``run_ttl_s``
 ``rsi:run:{run}:slots:{cand}``    set of trial slots already counted (redelivery safety); TTL ``run_ttl_s``
 ``rsi:run:{run}:cancel:{cand}``   ``"1"`` once the candidate provably cannot pass the floor; TTL ``run_ttl_s``
+``rsi:run:{run}:join:{step}``     dispatch claim of a run step (``rsi_worker.cluster.join``)
+``rsi:run:{run}:step:{step}``     the Celery task id executing a run step (``rsi_worker.cluster.join``)
 ``rsi:rate:{token}:{minute}``     requests of one service API token in one minute (epoch minute of the
                                   Redis clock); TTL 120 s (``rsi_worker.service.ratelimit``)
 ================================  =======================================================================
@@ -86,12 +88,14 @@ __all__ = [
     "bound_key",
     "cancel_key",
     "delivery_key",
+    "dispatch_key",
     "fence_key",
     "lease_key",
     "pending_key",
     "rate_key",
     "slots_key",
     "spend_key",
+    "step_key",
 ]
 
 HARNESS_CHANNEL = "rsi:harness"
@@ -128,6 +132,16 @@ def slots_key(run: str, cand: str) -> str:
 def cancel_key(run: str, cand: str) -> str:
     """``rsi:run:{run}:cancel:{cand}`` — set once the candidate provably cannot pass the floor."""
     return f"rsi:run:{run}:cancel:{cand}"
+
+
+def dispatch_key(run: str, step: str) -> str:
+    """``rsi:run:{run}:join:{step}`` — the dispatch claim of an in-band join or a sweeper resume."""
+    return f"rsi:run:{run}:join:{step}"
+
+
+def step_key(run: str, step: str) -> str:
+    """``rsi:run:{run}:step:{step}`` — the task id executing ``step`` of ``run``."""
+    return f"rsi:run:{run}:step:{step}"
 
 
 def delivery_key(task_id: str) -> str:
@@ -540,9 +554,11 @@ class Coordinator:
         return Bounds(int(h["A"]), int(h["B"]), int(h["R"]), float(h["S_star"]), float(h["delta"]),
                       float(h["S_t"]))
 
-    def cleanup_run(self, run: str, candidates: Iterable[str]) -> int:
-        """Delete the run keys of the given candidates; returns the number of keys deleted."""
+    def cleanup_run(self, run: str, candidates: Iterable[str], steps: Iterable[str] = ()) -> int:
+        """Delete the run keys of the given candidates and the step claims of the given steps (a late
+        step task then finds the run closed and stops); returns the number of keys deleted."""
         keys = [f(run, c) for c in candidates for f in (bound_key, slots_key, cancel_key)]
+        keys += [f(run, s) for s in steps for f in (dispatch_key, step_key)]
         return int(self.client.delete(*keys)) if keys else 0
 
     # --- spend ----------------------------------------------------------------------------------

@@ -14,8 +14,9 @@ and by the sweeper's resume of a stalled run. Two Redis keys keep that to one ex
 =====================================  ==================================================================
 
 A second step task with another id finds the claim held and stops (the first one writes the
-outcome). Both keys expire on their own (they are not cleaned at the end of a run: a late chord
-body must still find the claim). After a Redis restart they are gone; a duplicate step then
+outcome). The run's close deletes both keys (``Coordinator.cleanup_run``): a late chord body then
+takes a fresh claim and finds the run closed, so it stops; otherwise they expire on their own.
+After a Redis restart they are gone; a duplicate step then
 recomputes the same decision from stored rows and the fenced final write applies once
 (docs/architecture.md invariant 8).
 """
@@ -27,8 +28,9 @@ import logging
 import redis
 
 from rsi_common.config import Settings
+from rsi_common.coord import dispatch_key, step_key
 
-__all__ = ["claim_dispatch", "claim_step", "claim_ttl_s", "dispatch_key", "step_key"]
+__all__ = ["claim_dispatch", "claim_step", "claim_ttl_s", "dispatch_key", "release_step", "step_key"]
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +48,12 @@ return 1
 """
 
 
-def dispatch_key(run_id: str, step: str) -> str:
-    """``rsi:run:{run}:join:{step}`` — the dispatch claim of an in-band join or a sweeper resume."""
-    return f"rsi:run:{run_id}:join:{step}"
-
-
-def step_key(run_id: str, step: str) -> str:
-    """``rsi:run:{run}:step:{step}`` — the task id executing ``step`` of ``run``."""
-    return f"rsi:run:{run_id}:step:{step}"
+_RELEASE_STEP = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
 
 
 def claim_ttl_s(settings: Settings) -> int:
@@ -73,3 +73,8 @@ def claim_step(client: redis.Redis, run_id: str, step: str, task_id: str, ttl_s:
         False when another task holds it: the caller stops without running the step.
     """
     return bool(client.eval(_CLAIM_STEP, 1, step_key(run_id, step), task_id, ttl_s))
+
+
+def release_step(client: redis.Redis, run_id: str, step: str, task_id: str) -> bool:
+    """Give back the execution claim of ``step`` if ``task_id`` holds it; True when it was deleted."""
+    return bool(client.eval(_RELEASE_STEP, 1, step_key(run_id, step), task_id))

@@ -42,7 +42,7 @@ from rsi_common.stored import error_record
 from rsi_worker.cluster.agent_tasks import register_agent_tasks
 from rsi_worker.cluster.evolve_tasks import register_evolve
 from rsi_worker.cluster.heartbeat import Heartbeat
-from rsi_worker.cluster.join import claim_dispatch, claim_step, claim_ttl_s
+from rsi_worker.cluster.join import claim_dispatch, claim_step, claim_ttl_s, release_step
 from rsi_worker.cluster.middleware import (
     REDELIVERED_TOO_OFTEN,
     Middleware,
@@ -131,11 +131,18 @@ def join_in_band(app: Celery, deps: Deps, run_id: str) -> str | None:
         return None
 
 
-def _claimed(app: Celery, deps: Deps, step: Step, run_id: str) -> bool:
-    """Take the execution claim of ``step`` for the task running now (``cluster.join``)."""
+def _claimed_step(app: Celery, deps: Deps, step: Step, run_id: str) -> str:
+    """Run ``step`` under its execution claim (``cluster.join``): another task holding the claim
+    makes this one stop at once. A step that found nothing to do (the run closed, or its phase moved
+    on) gives its claim back, so a late chord body leaves no key behind the run's cleanup."""
     current = app.current_task
     task_id = str(getattr(getattr(current, "request", None), "id", None) or "")
-    return claim_step(deps.coord.client, run_id, step, task_id, claim_ttl_s(deps.settings))
+    if not claim_step(deps.coord.client, run_id, step, task_id, claim_ttl_s(deps.settings)):
+        return "stop: claimed by another task"
+    nxt = flow.run_step(deps, step, run_id)
+    if nxt.kind == "stop":
+        release_step(deps.coord.client, run_id, step, task_id)
+    return _dispatch(app, deps, nxt)
 
 
 def _slot_brief(slot: Any) -> dict[str, Any]:
@@ -209,9 +216,7 @@ def register(app: Celery, ctx: WorkerContext, chain: list[Middleware] | None = N
         """Steps 8–11 (chord body, or the in-band join). Idempotent: recomputed from stored rows;
         drafts are stored per label; a second task of the step stops (execution claim)."""
         deps = ctx.runtime().deps
-        if not _claimed(app, deps, "after_incumbent", run_id):
-            return "stop: claimed by another task"
-        return _dispatch(app, deps, flow.run_step(deps, "after_incumbent", run_id))
+        return _claimed_step(app, deps, "after_incumbent", run_id)
 
     @task(app, chain, TASK_DRAFT_CANDIDATE, Policy(
         capped=lambda call: {"variant": call.arguments.get("variant"), "status": "redelivery_cap"},
@@ -242,9 +247,7 @@ def register(app: Celery, ctx: WorkerContext, chain: list[Middleware] | None = N
         once; a second delivery finds the run closed and stops; a second task of the step stops at
         once (execution claim)."""
         deps = ctx.runtime().deps
-        if not _claimed(app, deps, "judge_round", run_id):
-            return "stop: claimed by another task"
-        return _dispatch(app, deps, flow.run_step(deps, "judge_round", run_id))
+        return _claimed_step(app, deps, "judge_round", run_id)
 
     register_evolve(app, ctx, chain)
     register_agent_tasks(app, ctx, chain)

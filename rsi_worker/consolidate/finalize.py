@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import sqlalchemy as sa
 
@@ -30,6 +30,7 @@ from rsi_common.handoff import COORD_ERRORS
 from rsi_common.stored import StoredDataError, error_record, safe_text
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.evaluate import INCUMBENT
+from rsi_worker.consolidate.join import JoinStep
 from rsi_worker.consolidate.result import ConsolidationResult, Status, merge_usage
 from rsi_worker.consolidate.spend import spend_summary
 from rsi_worker.consolidate.state import ConsolidationState, prune_cache, remember, trim_records
@@ -176,7 +177,7 @@ def close_lease(
     or hand it to the re-run of a pending turn (``finish`` is the last step that can fail, so a
     re-run lease it returns is never lost), count the run."""
     try:
-        deps.coord.cleanup_run(ctx.run_id, drafts)
+        deps.coord.cleanup_run(ctx.run_id, drafts, get_args(JoinStep))
     except COORD_ERRORS as exc:
         log.warning("run %s: run keys not deleted (%s); they expire", ctx.run_id, type(exc).__name__)
     nxt = deps.coord.finish(Lease(ctx.agent_id, ctx.token, ctx.fence, ctx.io_id or ""))
