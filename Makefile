@@ -3,6 +3,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# pytest-xdist processes for `make test` (docs/dev/testing.md); 0 runs the suite in this process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test lint typecheck venv clean
 
@@ -26,7 +28,7 @@ test: $(STAMP)
 	scripts/provision.sh
 	$(PY) -m ruff check .
 	$(PY) -m mypy rsi_common rsi_worker
-	scripts/pytest.sh $(PY) -m pytest -q $(PYTEST_ARGS)
+	scripts/pytest.sh $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .rsi .pytest_cache .mypy_cache .ruff_cache

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from rsi_worker.local.servers import PostgresServer, RedisServer
+from tests.support.migrated import copy_migrated_sqlite
 
 # Settings are read from the environment when constructed: keep the host's RSI_* out of tests.
 for _key in [k for k in os.environ if k.upper().startswith("RSI_")]:
@@ -47,21 +48,57 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServ
 
 
 _db_counter = iter(range(1_000_000))
+_from_template: set[str] = set()
+"""Database URLs made as copies of a migrated template (``engine`` does not migrate them again)."""
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_server: PostgresServer) -> str:
+    """Name of a migrated PostgreSQL database, built once per session, that ``db_url`` clones with
+    ``CREATE DATABASE … TEMPLATE`` for tests that take ``engine`` (never connect to it)."""
+    import psycopg
+
+    from rsi_common.db import make_engine, upgrade
+
+    name = f"rsi_template_{os.getpid()}"
+    with psycopg.connect(host=str(pg_server.sockdir), port=pg_server.port, user="postgres",
+                         dbname="postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    eng = make_engine(f"postgresql+psycopg://postgres@/{name}?host={pg_server.sockdir}&port={pg_server.port}")
+    try:
+        upgrade(eng)
+    finally:
+        eng.dispose()  # CREATE DATABASE … TEMPLATE needs the template without connections
+    return name
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh, empty database URL: a SQLite file, or a new database on the session PostgreSQL."""
+    """A fresh database URL: a SQLite file, or a new database on the session PostgreSQL.
+
+    Empty, unless the test also takes ``engine``: then it is already migrated, a copy of a template
+    the migrations built once per session (docs/dev/testing.md), and ``engine`` does not migrate it
+    again. A test that needs an empty database takes ``db_url`` without ``engine``.
+    """
+    migrated = "engine" in request.fixturenames
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'rsi.db'}"
+        path = tmp_path / "rsi.db"
+        url = f"sqlite:///{path}"
+        if migrated and copy_migrated_sqlite(path):
+            _from_template.add(url)
+        return url
     server: PostgresServer = request.getfixturevalue("pg_server")
+    template = request.getfixturevalue("pg_template") if migrated else None
     import psycopg
 
     name = f"t{next(_db_counter)}_{os.getpid()}"
     with psycopg.connect(host=str(server.sockdir), port=server.port, user="postgres",
                          dbname="postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return f"postgresql+psycopg://postgres@/{name}?host={server.sockdir}&port={server.port}"
+        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+    url = f"postgresql+psycopg://postgres@/{name}?host={server.sockdir}&port={server.port}"
+    if template:
+        _from_template.add(url)
+    return url
 
 
 @pytest.fixture
@@ -70,7 +107,8 @@ def engine(db_url: str) -> Iterator[Any]:
     from rsi_common.db import make_engine, upgrade
 
     eng = make_engine(db_url)
-    upgrade(eng)
+    if db_url not in _from_template:
+        upgrade(eng)
     yield eng
     eng.dispose()
 

@@ -1,5 +1,6 @@
-"""A real headless Chromium (Debian's package, installed by scripts/provision.sh) driven by
-Playwright at the system browser — never a downloaded browser build. Screenshots are test artifacts:
+"""A real headless Chromium (Debian's package, installed by scripts/provision.sh) driven by Playwright
+at the system browser — never a downloaded browser build; one Chromium for the browser tests, a fresh
+context (cookies, storage, cache) per test. Screenshots are test artifacts:
 under the pytest basetemp (``artifacts/``) and in ``test-artifacts/`` (ignored by git)."""
 
 from __future__ import annotations
@@ -25,24 +26,30 @@ ARGS = [
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def browser_page(tmp_path: Path) -> Iterator[Any]:
-    """A fresh Chromium profile and page (1280 × 1000)."""
+@pytest.fixture(scope="package")
+def chromium() -> Iterator[Any]:
+    """One headless Chromium for the browser tests (its start-up is most of a page's cost); closed
+    after them, so Playwright's event loop does not outlive the package."""
     from playwright.sync_api import sync_playwright
 
     assert Path(CHROMIUM).exists(), "Chromium is missing: run scripts/provision.sh (as root it installs it)"
     with sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(
-            str(tmp_path / "profile"),
-            executable_path=CHROMIUM,
-            args=ARGS,
-            headless=True,
-            viewport={"width": 1280, "height": 1000},
-        )
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
-            yield ctx.new_page()
+            yield browser
         finally:
-            ctx.close()
+            browser.close()
+
+
+@pytest.fixture
+def browser_page(chromium: Any) -> Iterator[Any]:
+    """A page (1280 × 1000) in a fresh browser context: no cookies, storage or cache of another
+    test (the isolation of a fresh profile, without starting another Chromium)."""
+    ctx = chromium.new_context(viewport={"width": 1280, "height": 1000})
+    try:
+        yield ctx.new_page()
+    finally:
+        ctx.close()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ refused. Screenshots are saved as test artifacts."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,35 +15,34 @@ from rsi_worker.local.servers import RedisServer
 from tests.integration.service.conftest import Live, start_live, stop_live
 from tests.integration.service.learning import learn
 from tests.support.cluster import Cluster
+from tests.support.migrated import migrated_sqlite_url
 
 pytestmark = pytest.mark.timeout(240)
 
 
-@pytest.fixture
-def learned(tmp_path: Path, sqlite_engine: Any, redis_srv: RedisServer) -> Iterator[Live]:
-    """A live service whose agent ``shop`` adopted a harness on a real worker."""
-    live = start_live(sqlite_engine, str(sqlite_engine.url), redis_srv.url)
-    try:
-        with (
-            Cluster(tmp_path, str(sqlite_engine.url), redis_srv.url, n=1) as cluster,
-            RsiHttpClient(live.url, live.tokens["host"], backoff_s=0, listen=False) as host,
-        ):
-            learn(host, "shop")
-            runs = cluster.finished("shop", 1)
-            assert any(r.status == "adopted" for r in runs), cluster.logs()
-        yield live
-    finally:
-        stop_live(live)
-
-
-@pytest.fixture
-def sqlite_engine(tmp_path: Path) -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def learned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    """A live service whose agent ``shop`` adopted a harness on a real worker; built once for the
+    module (its own redis-server and database). Only the first test changes it (a rollback to h0);
+    the others hold on either version."""
     from rsi_common import db
 
-    eng = db.make_engine(f"sqlite:///{tmp_path / 'console.db'}")
-    db.upgrade(eng)
-    yield eng
-    eng.dispose()
+    tmp = tmp_path_factory.mktemp("console")
+    with RedisServer(tmp / "redis") as server:
+        engine = db.make_engine(migrated_sqlite_url(tmp / "console.db"))
+        live = start_live(engine, str(engine.url), server.url)
+        try:
+            with (
+                Cluster(tmp, str(engine.url), server.url, n=1) as cluster,
+                RsiHttpClient(live.url, live.tokens["host"], backoff_s=0, listen=False) as host,
+            ):
+                learn(host, "shop")
+                runs = cluster.finished("shop", 1)
+                assert any(r.status == "adopted" for r in runs), cluster.logs()
+            yield live
+        finally:
+            stop_live(live)
+            engine.dispose()
 
 
 def _login(page: Any, live: Live, token: str) -> None:

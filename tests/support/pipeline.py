@@ -35,6 +35,7 @@ from rsi_worker.consolidate import (
 )
 from rsi_worker.consolidate.context import load_harness
 from rsi_worker.jobs.scenario import conversation_turn, next_history
+from tests.support.migrated import migrate_or_copy
 
 
 @dataclass
@@ -52,8 +53,10 @@ class Stack:
     turns: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        copied = migrate_or_copy(self.settings.database_url)  # a new SQLite file: the migrated template
         self.engine = make_engine(self.settings.database_url)
-        upgrade(self.engine)
+        if not copied:
+            upgrade(self.engine)
         self.sessions = session_factory(self.engine)
         client = self.redis_client or fakeredis.FakeRedis(server=fakeredis.FakeServer())
         self.coord = Coordinator(client, lease_s=self.settings.lease_s)

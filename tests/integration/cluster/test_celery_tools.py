@@ -60,6 +60,15 @@ def replies(env: dict[str, str], command: str, node: str | None = None) -> dict[
     return reply
 
 
+def worker_up(redis_url: str) -> None:
+    """Wait until a worker answers a ping on the broker (polled in this process, 0.5 s per ping)."""
+    app = create_app(Settings(redis_url=redis_url))
+    try:
+        wait_for("a worker to answer ping", lambda: app.control.ping(timeout=0.5))
+    finally:
+        app.close()
+
+
 class Capture:
     """A ``celery.events`` Receiver on the broker in a thread: every event, in arrival order."""
 
@@ -109,6 +118,7 @@ def tools_env(tmp_path: Path, redis_srv: RedisServer) -> dict[str, str]:
 def test_celery_a_loads_the_app_and_inspects_the_workers(tmp_path: Path, redis_srv: RedisServer,
                                                          tools_env: dict[str, str]) -> None:
     with Cluster(tmp_path, tools_env["RSI_DATABASE_URL"], redis_srv.url, n=1, concurrency=2):
+        worker_up(redis_srv.url)  # in-process: not a `celery` process and a 5 s broadcast per poll
         pong = wait_for("a worker to answer ping", lambda: replies(tools_env, "ping"))
         ((node, answer),) = pong.items()
         assert node.startswith("w0-") and answer == {"ok": "pong"}

@@ -16,9 +16,9 @@ import redis
 from typer.testing import CliRunner, Result
 
 from rsi_common.config import Settings
-from rsi_common.db import make_engine, upgrade
 from rsi_worker.cli import app
 from rsi_worker.jobs.scenario import CORRECTION
+from tests.support.migrated import migrated_sqlite_url
 from tests.support.pipeline import Stack
 
 GOLDEN_WORLD = Path(__file__).resolve().parents[2] / "golden" / "world" / "rsi-world-1.json"
@@ -46,12 +46,8 @@ class Cli:
 
 @pytest.fixture
 def db_file(tmp_path: Path) -> str:
-    """A migrated SQLite file database."""
-    url = f"sqlite:///{tmp_path / 'rsi.db'}"
-    engine = make_engine(url)
-    upgrade(engine)
-    engine.dispose()
-    return url
+    """A migrated SQLite file database (a copy of the migrated template: tests/support/migrated.py)."""
+    return migrated_sqlite_url(tmp_path / "rsi.db")
 
 
 @pytest.fixture

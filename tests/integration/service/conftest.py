@@ -15,6 +15,7 @@ from rsi_common import db
 from rsi_common.config import Settings
 from rsi_common.dispatch import KombuDispatcher
 from rsi_worker.service import LiveServer, ServiceState, build_state, create_app
+from tests.support.migrated import migrated_sqlite_url
 
 SCOPES = ("host", "viewer", "operator", "admin")
 
@@ -62,9 +63,7 @@ def stop_live(live: Live) -> None:
 
 @pytest.fixture
 def sqlite_engine(tmp_path: Any) -> Iterator[Engine]:
-    url = f"sqlite:///{tmp_path / 'svc.db'}"
-    eng = db.make_engine(url)
-    db.upgrade(eng)
+    eng = db.make_engine(migrated_sqlite_url(tmp_path / "svc.db"))  # a migrated copy
     yield eng
     eng.dispose()
 
