@@ -14,22 +14,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from rsi_common.db.migrations.coltypes import big_id, json_type, ts_type
+
 revision: str = "0001"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-
-def _json() -> sa.JSON:
-    return sa.JSON(none_as_null=True)
-
-
-def _ts() -> sa.DateTime:
-    return sa.DateTime(timezone=True)
-
-
-def _big_id() -> sa.types.TypeEngine[int]:
-    return sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 def _agent_fk(table: str) -> sa.ForeignKeyConstraint:
@@ -44,22 +34,22 @@ def upgrade() -> None:
         sa.Column("id", sa.String(255), nullable=False),
         sa.Column("current_version", sa.String(100), nullable=True),
         sa.Column("frozen", sa.Boolean(), nullable=False),
-        sa.Column("state", _json(), nullable=False),
+        sa.Column("state", json_type(), nullable=False),
         sa.Column("applied_fence", sa.BigInteger(), nullable=False),
-        sa.Column("created_at", _ts(), nullable=False),
-        sa.Column("updated_at", _ts(), nullable=False),
+        sa.Column("created_at", ts_type(), nullable=False),
+        sa.Column("updated_at", ts_type(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_rsi_agents"),
     )
     op.create_table(
         "rsi_harnesses",
-        sa.Column("id", _big_id(), autoincrement=True, nullable=False),
+        sa.Column("id", big_id(), autoincrement=True, nullable=False),
         sa.Column("agent_id", sa.String(255), nullable=False),
         sa.Column("version", sa.String(100), nullable=False),
         sa.Column("parent_version", sa.String(100), nullable=True),
-        sa.Column("payload", _json(), nullable=False),
+        sa.Column("payload", json_type(), nullable=False),
         sa.Column("run_id", sa.String(64), nullable=True),
-        sa.Column("summary", _json(), nullable=True),
-        sa.Column("created_at", _ts(), nullable=False),
+        sa.Column("summary", json_type(), nullable=True),
+        sa.Column("created_at", ts_type(), nullable=False),
         _agent_fk("rsi_harnesses"),
         sa.PrimaryKeyConstraint("id", name="pk_rsi_harnesses"),
         sa.UniqueConstraint("agent_id", "version", name="uq_rsi_harnesses_agent_id_version"),
@@ -74,13 +64,13 @@ def upgrade() -> None:
         sa.Column("harness_version", sa.String(100), nullable=True),
         sa.Column("model", sa.String(255), nullable=True),
         sa.Column("provider", sa.String(64), nullable=True),
-        sa.Column("world", _json(), nullable=False),
-        sa.Column("signals", _json(), nullable=False),
+        sa.Column("world", json_type(), nullable=False),
+        sa.Column("signals", json_type(), nullable=False),
         sa.Column("replayable", sa.Boolean(), nullable=False),
         sa.Column("clock", sa.Double(), nullable=False),
         sa.Column("bytes", sa.Integer(), nullable=False),
-        sa.Column("created_at", _ts(), nullable=False),
-        sa.Column("enqueued_at", _ts(), nullable=True),
+        sa.Column("created_at", ts_type(), nullable=False),
+        sa.Column("enqueued_at", ts_type(), nullable=True),
         _agent_fk("rsi_worlds"),
         sa.PrimaryKeyConstraint("id", name="pk_rsi_worlds"),
         sa.UniqueConstraint("agent_id", "interaction_id", "seq",
@@ -100,12 +90,12 @@ def upgrade() -> None:
         sa.Column("start_version", sa.String(100), nullable=True),
         sa.Column("adopted_version", sa.String(100), nullable=True),
         sa.Column("fence", sa.BigInteger(), nullable=True),
-        sa.Column("params", _json(), nullable=True),
-        sa.Column("drafts", _json(), nullable=True),
-        sa.Column("result", _json(), nullable=True),
-        sa.Column("error", _json(), nullable=True),
-        sa.Column("started_at", _ts(), nullable=False),
-        sa.Column("finished_at", _ts(), nullable=True),
+        sa.Column("params", json_type(), nullable=True),
+        sa.Column("drafts", json_type(), nullable=True),
+        sa.Column("result", json_type(), nullable=True),
+        sa.Column("error", json_type(), nullable=True),
+        sa.Column("started_at", ts_type(), nullable=False),
+        sa.Column("finished_at", ts_type(), nullable=True),
         sa.CheckConstraint(
             "status IN ('running', 'skipped', 'interrupted', 'recorded', 'kept', 'failed', 'adopted')",
             name="ck_rsi_runs_status",
@@ -118,7 +108,7 @@ def upgrade() -> None:
     op.create_index("ix_rsi_runs_agent_id_started_at", "rsi_runs", ["agent_id", "started_at"])
     op.create_table(
         "rsi_replays",
-        sa.Column("id", _big_id(), autoincrement=True, nullable=False),
+        sa.Column("id", big_id(), autoincrement=True, nullable=False),
         sa.Column("run_id", sa.String(64), nullable=False),
         sa.Column("candidate", sa.String(32), nullable=False),
         sa.Column("world_id", sa.String(64), nullable=False),
@@ -128,8 +118,8 @@ def upgrade() -> None:
         sa.Column("reward", sa.Double(), nullable=False),
         sa.Column("weight", sa.Double(), nullable=False),
         sa.Column("tokens", sa.Integer(), nullable=True),
-        sa.Column("result", _json(), nullable=True),
-        sa.Column("created_at", _ts(), nullable=False),
+        sa.Column("result", json_type(), nullable=True),
+        sa.Column("created_at", ts_type(), nullable=False),
         sa.CheckConstraint("status IN ('ok', 'missing', 'cancelled')", name="ck_rsi_replays_status"),
         sa.ForeignKeyConstraint(["run_id"], ["rsi_runs.id"], name="fk_rsi_replays_run_id_rsi_runs",
                                 ondelete="CASCADE"),
@@ -152,14 +142,14 @@ def upgrade() -> None:
         sa.Column("status", sa.String(16), nullable=True),
         sa.Column("termination_reason", sa.String(64), nullable=True),
         sa.Column("error", sa.String(300), nullable=True),
-        sa.Column("steps", _json(), nullable=False),
+        sa.Column("steps", json_type(), nullable=False),
         sa.Column("policy_tokens", sa.Integer(), nullable=False),
-        sa.Column("usage_by_purpose", _json(), nullable=False),
-        sa.Column("components_fired", _json(), nullable=False),
-        sa.Column("params_read", _json(), nullable=False),
+        sa.Column("usage_by_purpose", json_type(), nullable=False),
+        sa.Column("components_fired", json_type(), nullable=False),
+        sa.Column("params_read", json_type(), nullable=False),
         sa.Column("final_text_chars", sa.Integer(), nullable=False),
         sa.Column("world_bytes", sa.Integer(), nullable=False),
-        sa.Column("created_at", _ts(), nullable=False),
+        sa.Column("created_at", ts_type(), nullable=False),
         _agent_fk("rsi_trajectories"),
         sa.PrimaryKeyConstraint("id", name="pk_rsi_trajectories"),
     )

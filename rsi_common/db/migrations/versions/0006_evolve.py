@@ -12,22 +12,12 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from rsi_common.db.migrations.coltypes import big_id, json_type, ts_type
+
 revision: str = "0006_evolve"
 down_revision: str | None = "0005_conversations"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-
-def _json() -> sa.JSON:
-    return sa.JSON(none_as_null=True)
-
-
-def _ts() -> sa.DateTime:
-    return sa.DateTime(timezone=True)
-
-
-def _big_id() -> sa.types.TypeEngine[int]:
-    return sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 def _evolve_fk(table: str) -> sa.ForeignKeyConstraint:
@@ -40,39 +30,39 @@ def upgrade() -> None:
     op.create_table(
         "rsi_suites",
         sa.Column("name", sa.String(64), nullable=False),
-        sa.Column("spec", _json(), nullable=False),
-        sa.Column("created_at", _ts(), nullable=False),
+        sa.Column("spec", json_type(), nullable=False),
+        sa.Column("created_at", ts_type(), nullable=False),
         sa.PrimaryKeyConstraint("name", name="pk_rsi_suites"),
     )
     op.create_table(
         "rsi_evolves",
         sa.Column("name", sa.String(64), nullable=False),
         sa.Column("suite", sa.String(64), nullable=False),
-        sa.Column("config", _json(), nullable=False),
+        sa.Column("config", json_type(), nullable=False),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("stop_requested", sa.Boolean(), nullable=False),
-        sa.Column("state", _json(), nullable=True),
-        sa.Column("created_at", _ts(), nullable=False),
-        sa.Column("updated_at", _ts(), nullable=False),
+        sa.Column("state", json_type(), nullable=True),
+        sa.Column("created_at", ts_type(), nullable=False),
+        sa.Column("updated_at", ts_type(), nullable=False),
         sa.PrimaryKeyConstraint("name", name="pk_rsi_evolves"),
     )
     op.create_table(
         "rsi_evolve_rounds",
-        sa.Column("id", _big_id(), autoincrement=True, nullable=False),
+        sa.Column("id", big_id(), autoincrement=True, nullable=False),
         sa.Column("evolve", sa.String(64), nullable=False),
         sa.Column("t", sa.Integer(), nullable=False),
-        sa.Column("before", _json(), nullable=True),
-        sa.Column("analysis", _json(), nullable=True),
-        sa.Column("directives", _json(), nullable=True),
-        sa.Column("drafts", _json(), nullable=True),
-        sa.Column("decision", _json(), nullable=True),
+        sa.Column("before", json_type(), nullable=True),
+        sa.Column("analysis", json_type(), nullable=True),
+        sa.Column("directives", json_type(), nullable=True),
+        sa.Column("drafts", json_type(), nullable=True),
+        sa.Column("decision", json_type(), nullable=True),
         _evolve_fk("rsi_evolve_rounds"),
         sa.PrimaryKeyConstraint("id", name="pk_rsi_evolve_rounds"),
         sa.UniqueConstraint("evolve", "t", name="uq_rsi_evolve_rounds_evolve_t"),
     )
     op.create_table(
         "rsi_evolve_trials",
-        sa.Column("id", _big_id(), autoincrement=True, nullable=False),
+        sa.Column("id", big_id(), autoincrement=True, nullable=False),
         sa.Column("evolve", sa.String(64), nullable=False),
         sa.Column("t", sa.Integer(), nullable=False),
         sa.Column("candidate", sa.String(32), nullable=False),
@@ -83,8 +73,8 @@ def upgrade() -> None:
         sa.Column("reward", sa.Double(), nullable=False),
         sa.Column("weight", sa.Double(), nullable=False),
         sa.Column("tokens", sa.Integer(), nullable=True),
-        sa.Column("result", _json(), nullable=True),
-        sa.Column("created_at", _ts(), nullable=False),
+        sa.Column("result", json_type(), nullable=True),
+        sa.Column("created_at", ts_type(), nullable=False),
         _evolve_fk("rsi_evolve_trials"),
         sa.PrimaryKeyConstraint("id", name="pk_rsi_evolve_trials"),
         sa.UniqueConstraint(

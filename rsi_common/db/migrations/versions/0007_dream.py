@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from rsi_common.db.migrations.coltypes import ts_type
+
 revision: str = "0007_dream"
 down_revision: str | None = "0006_evolve"
 branch_labels: str | Sequence[str] | None = None
@@ -25,7 +27,7 @@ def _id() -> sa.Column[int]:
 
 
 def _ts(name: str) -> sa.Column[object]:
-    return sa.Column(name, sa.DateTime(timezone=True), nullable=False)
+    return sa.Column(name, ts_type(), nullable=False)
 
 
 def upgrade() -> None:

@@ -16,14 +16,16 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from rsi_common.db.migrations.coltypes import big_id, json_type, ts_type
+
 revision: str = "0008_runtime"
 down_revision: str | None = "0007_dream"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_TS = sa.DateTime(timezone=True)
-_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-_JSON = sa.JSON(none_as_null=True)
+_TS = ts_type()
+_ID = big_id()
+_JSON = json_type()
 _TABLES = (
     "rsi_agent_runtime",
     "rsi_sessions",

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from rsi_common.db.migrations.coltypes import json_type, ts_type
+
 revision: str = "0009_run_inputs"
 down_revision: str | None = "0008_runtime"
 branch_labels: str | Sequence[str] | None = None
@@ -23,8 +25,8 @@ def upgrade() -> None:
         "rsi_run_inputs",
         sa.Column("run_id", sa.String(64), nullable=False),
         sa.Column("digest", sa.String(64), nullable=False),
-        sa.Column("inputs", sa.JSON(none_as_null=True), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("inputs", json_type(), nullable=False),
+        sa.Column("created_at", ts_type(), nullable=False),
         sa.ForeignKeyConstraint(["run_id"], ["rsi_runs.id"], name="fk_rsi_run_inputs_run_id_rsi_runs",
                                 ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("run_id", name="pk_rsi_run_inputs"),
