@@ -204,7 +204,7 @@ def import_cmd(
         echo_json(report)
     else:
         for e in report["errors"]:
-            typer.echo(f"line {e['line']}: {e['error']}", err=True)
+            typer.echo(str(e["error"]), err=True)  # the error names its line
         typer.echo(
             f"{report['imported']} imported, {report['existing']} already stored, "
             f"{len(report['errors'])} bad line(s)"

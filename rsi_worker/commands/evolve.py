@@ -67,7 +67,10 @@ def _read(path: Path, as_json: bool) -> str:
         fail(f"{path}: cannot read ({type(exc).__name__})", as_json=as_json)
     if size > MAX_FILE_BYTES:
         fail(f"{path}: {size} bytes, over the limit of {MAX_FILE_BYTES}", as_json=as_json)
-    return path.read_text(encoding="utf-8")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        fail(f"{path}: not valid UTF-8 (byte {exc.start + 1})", as_json=as_json)
 
 
 @suite.command("build")
@@ -176,17 +179,15 @@ def evolve_init(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Create an evolve run on a suite."""
-    from rsi_common.boundary import check_id
+    from rsi_common.boundary import check_id, parse_json
     from rsi_common.errors import InvalidInput
     from rsi_worker.evolve.config import EvolveConfig
 
     with cli_errors(as_json), _runtime() as (_, env):
         check_id(name, "name", max_chars=64, error=InvalidInput)  # type: ignore[arg-type]
         if config is not None:
-            try:
-                cfg = EvolveConfig.from_json(json.loads(_read(config, as_json)))
-            except json.JSONDecodeError as exc:
-                raise InvalidInput(f"{config}: not JSON ({exc.msg})") from None
+            cfg = EvolveConfig.from_json(parse_json(_read(config, as_json), str(config),
+                                                    max_bytes=MAX_FILE_BYTES))
         else:
             cfg = EvolveConfig()
         env.store.create(name, suite_name, cfg)

@@ -288,7 +288,8 @@ def dump_lines(worlds: Iterable[TreeWorld]) -> Iterator[str]:
 
 
 def read_lines(lines: Iterable[str | bytes]) -> Iterator[tuple[int, TreeWorld | InvalidInput]]:
-    """Parse JSON Lines: ``(line number, world or the error naming the field)``; blank lines skipped.
+    """Parse JSON Lines: ``(line number, world or the error naming the line and the field)``; blank
+    lines skipped.
 
     A bad line never stops the reading; the caller decides whether one bad line refuses the file.
     """
@@ -296,6 +297,11 @@ def read_lines(lines: Iterable[str | bytes]) -> Iterator[tuple[int, TreeWorld | 
         if not line.strip():
             continue
         try:
-            yield n, load_world(parse_json(line, f"line {n}", max_bytes=MAX_WORLD_BYTES))
+            value = parse_json(line, f"line {n}", max_bytes=MAX_WORLD_BYTES)
         except (InvalidInput, InputLimitError) as exc:
             yield n, exc
+            continue
+        try:
+            yield n, load_world(value)
+        except (InvalidInput, InputLimitError) as exc:
+            yield n, type(exc)(f"line {n}: {exc}")

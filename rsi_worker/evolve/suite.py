@@ -20,7 +20,6 @@ of ``world_id``/``request``, credential-shaped text, and anything over the limit
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import re
@@ -28,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rsi_common.boundary import check_id
+from rsi_common.boundary import MAX_LINE_BYTES, check_id, parse_json
 from rsi_common.credentials import describe, find_in
 from rsi_common.errors import InvalidInput
 
@@ -292,10 +291,7 @@ def from_jsonl(
     for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            tasks.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise InvalidInput(f"line {n}: not JSON ({exc.msg})") from None
+        tasks.append(parse_json(line, f"line {n}", max_bytes=MAX_LINE_BYTES))
     held = list(heldout)
     if heldout_fraction is not None:
         if held:

@@ -120,8 +120,11 @@ def test_heldout_split_is_seeded_and_keeps_an_evolve_task() -> None:
 
 
 def test_jsonl_names_the_bad_line() -> None:
-    with pytest.raises(InvalidInput, match="line 2: not JSON"):
+    with pytest.raises(InvalidInput, match="line 2: malformed JSON"):
         from_jsonl("s", ['{"id": "a", "request": "x", "checks": []}', "{nope"])
+    with pytest.raises(InvalidInput, match="line 1: nested deeper than 64 levels"):
+        deep = '{"x":' * 5000 + "1" + "}" * 5000
+        from_jsonl("s", ['{"id": "a", "request": "x", "checks": [' + deep + "]}"])
     s = from_jsonl(
         "s",
         [
