@@ -33,6 +33,7 @@ from rsi_common.runtime.caps import resolve_caps
 from rsi_common.runtime.subagents import SpawnRequest, SpecEntry, spawn
 from rsi_common.runtime.tree import AgentProfile, register
 from rsi_common.runtime.turns import TurnEnv, run_session_turn
+from rsi_worker.bench.ingest import StatementCounter
 from rsi_worker.local.servers import PostgresServer, RedisServer
 
 __all__ = ["bench_runtime"]
@@ -97,25 +98,34 @@ def _measure(client: RsiClient, n: int) -> dict[str, Any]:
     caps = resolve_caps(params)
     call_ms: list[float] = []
     first_ms: list[float] = []
+    counter = StatementCounter(client.engine)
+    spawn_stmts = turn_stmts = 0
     for i in range(n):
         req = SpawnRequest("bench", "main", f"main:{i + 1}", "tu", "worker", f"step {i}")
+        c0 = counter.thread_count()
         t0 = time.perf_counter()
         with sessions.begin() as s:
             row, _ = spawn(s, params, caps, req, catalog, ())
         t1 = time.perf_counter()
+        c1 = counter.thread_count()
         call_ms.append((t1 - t0) * 1000)
         before = len(model.stamps)
         out = run_session_turn(env, row.child_agent, row.id)
+        spawn_stmts += c1 - c0
+        turn_stmts += counter.thread_count() - c1
         if out.outcome != "ran" or len(model.stamps) == before:
             raise RuntimeError(f"the child's turn did not run: {out}")
         first_ms.append((model.stamps[before] - t1) * 1000)
         queue.clear()
+    counter.close()
     report: dict[str, Any] = {
         "n": n, "backend": "postgresql",
         "spawn_call_p50_ms": round(statistics.median(call_ms), 2),
         "spawn_call_p99_ms": round(_pct(call_ms, 0.99), 2),
         "spawn_to_model_p50_ms": round(statistics.median(first_ms), 2),
         "spawn_to_model_p99_ms": round(_pct(first_ms, 0.99), 2),
+        "spawn_sql_statements": round(spawn_stmts / n, 2),
+        "child_turn_sql_statements": round(turn_stmts / n, 2),
         "concurrent_1000_children": "not measured (needs 2 workers x 64 threads)",
         "kill9_200_children": "not measured here; tests/integration/runtime covers one kill -9",
     }
