@@ -16,15 +16,19 @@ Redis only coordinates; each key can be rebuilt from SQL (docs/runtime/failures.
 ``rsi:tree:{r}:waiting``                list of session keys waiting for a slot (FIFO)
 ``rsi:sa:{h}:done``                     list: one element pushed when the handle settles
 ``rsi:sa:{h}:cancel``                   ``"1"`` once the handle (or an ancestor) is cancelled
+``rsi:{a}:attempt:{s}``                 hash of the session's latest turn attempt (io, n, res, root)
+``rsi:turns:inflight``                  ZSET ``{a}|{s}`` → lease expiry (ms) of running attempts
 ======================================  ===============================================================
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "INFLIGHT",
     "SPENT_TTL_S",
     "WAKE_TTL_S",
     "agent_spent",
+    "attempt",
     "bucket",
     "effects",
     "handle_cancel",
@@ -95,3 +99,13 @@ def handle_done(handle: str) -> str:
 
 def handle_cancel(handle: str) -> str:
     return f"rsi:sa:{handle}:cancel"
+
+
+INFLIGHT = "rsi:turns:inflight"
+"""ZSET ``{agent}|{session}`` → lease expiry (ms) of every turn attempt running (renewed with its
+lease); the tick recovers members whose lease expired uncommitted (docs/runtime/failures.md)."""
+
+
+def attempt(agent: str, session: str) -> str:
+    """Hash of the session's latest attempt: ``io``, ``n`` (attempt number of that io), ``res``, ``root``."""
+    return f"rsi:{agent}:attempt:{session}"

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from rsi_common.db.runtime_models import AgentRuntimeRow, MessageRow, SessionRow, SubagentRow
 from rsi_common.db.sqltypes import db_ago, db_now
 from rsi_common.runtime import keys
+from rsi_common.runtime.attempts import recover_expired
 from rsi_common.runtime.subagents import LIVE, after_settle, cancel, restore_cancel_flags
 from rsi_common.runtime.tree import set_lifecycle
 from rsi_common.runtime.turns import TurnEnv
@@ -96,6 +97,7 @@ def tick(env: TurnEnv, *, limit: int = 500) -> TickReport:
         names += [k for k in redis.scan_iter(match=f"rsi:{row.agent_id}:wake:*", count=100)]
         redis.delete(*names)
         report.evicted += 1
+    report.woken += recover_expired(env).requeued  # expired turn leases (docs/runtime/failures.md)
     return report
 
 

@@ -34,6 +34,7 @@ from rsi_common.runtime.subagents import (
     poll,
     spawn,
 )
+from rsi_common.runtime.toolsets import toolset_tools
 
 __all__ = ["FAMILY", "ToolContext", "runtime_tools", "wait_result"]
 
@@ -196,6 +197,7 @@ def runtime_tools(ctx: ToolContext) -> list[ToolDef]:
         ]
     tools.append(ToolDef("budget_get", "What remains of today's budget.", family=FAMILY, read_only=True,
                          executor=lambda _args: _json(ctx.budget_left())))
+    tools += toolset_tools(ctx.grant)  # the profile's toolset, at_most_once calls journaled
     return tools
 
 

@@ -43,7 +43,7 @@ from rsi_common.db.sqltypes import db_now
 from rsi_common.kernel.turn import run_turn
 from rsi_common.kernel.types import TurnPlan, TurnResult
 from rsi_common.llm import ModelClient
-from rsi_common.runtime import keys
+from rsi_common.runtime import attempts, effects, keys
 from rsi_common.runtime.budget import Budget
 from rsi_common.runtime.caps import Caps, resolve_caps
 from rsi_common.runtime.messages import claim, consume, hops_of, render, wake_after_commit
@@ -103,7 +103,9 @@ class TurnEnv:
 @dataclass(frozen=True)
 class TurnOutcome:
     """What one call did: ``ran`` (``status`` is the turn's), or why it did not run (``busy``,
-    ``queued``, ``waiting``, ``empty``, ``capped``, ``cancelled``, ``deleted``, ``conflict``)."""
+    ``queued``, ``waiting``, ``empty``, ``capped``, ``cancelled``, ``deleted``, ``conflict``), or
+    ``failed``: the io failed without running (``answer`` = ``worker_lost`` or ``UNCERTAIN_SIDE_EFFECT``,
+    docs/runtime/failures.md), or the agent is ``failed``."""
 
     outcome: str
     io: str = ""
@@ -161,7 +163,7 @@ def run_session_turn(env: TurnEnv, agent: str, session: str) -> TurnOutcome:
         return TurnOutcome("busy")
     redis.delete(keys.wake(agent, session))  # a wake from now on enqueues another turn
     try:
-        return _locked_turn(env, agent, session)
+        return _locked_turn(env, agent, session, token)
     finally:
         if redis.get(lease) in (token, token.encode()):
             redis.delete(lease)
@@ -226,11 +228,14 @@ def _load(env: TurnEnv, agent: str, session: str) -> _Loaded:
     return rt, row, handle, now, root_caps
 
 
-def _locked_turn(env: TurnEnv, agent: str, session: str) -> TurnOutcome:
+def _locked_turn(env: TurnEnv, agent: str, session: str, token: str = "") -> TurnOutcome:
     redis, params = env.client.redis, env.params
     rt, row, handle, now, root_caps = _load(env, agent, session)
     if rt.lifecycle == "deleted":
         return TurnOutcome("deleted")
+    if rt.lifecycle == "failed":  # until restore (docs/runtime/failures.md)
+        attempts.refuse_failed(env, agent, session)
+        return TurnOutcome("failed")
     if handle is not None and handle.status == "cancelled":
         return TurnOutcome("cancelled")
     resume = row.pending is not None
@@ -243,8 +248,21 @@ def _locked_turn(env: TurnEnv, agent: str, session: str) -> TurnOutcome:
     if not env._slot(keys=slot_keys, args=[member, _now_ms(redis), params.turn_lease_s * 1000,
                                            params.max_running_per_tree]):
         return TurnOutcome("queued", sl.io)
-    try:
-        return _slotted_turn(env, sl, resume)
+    begun: attempts.Begun | None = None
+    try:  # an attempt: recorded, its lease renewed, recovered by the tick if it crashes
+        verdict = attempts.begin(env, agent, session, sl.io, res_id=sl.res_id, root=rt.root_id, token=token)
+        if not isinstance(verdict, attempts.Begun):
+            attempts.fail_io(env, agent, session, sl.io, verdict[0])
+            out = TurnOutcome("failed", sl.io, "failed", verdict[0])
+        else:
+            begun = verdict
+            with effects.entered(effects.Attempt(redis, agent, sl.io, str(rt.profile.get("toolset", "sim")))):
+                out = _slotted_turn(env, sl, resume)
+        attempts.end(env, agent, session, sl.io, begun)
+        return out
+    except BaseException:
+        attempts.stop_renewing(env, agent, session, begun, sl.grant)
+        raise
     finally:
         nxt = env._release(keys=slot_keys, args=[member])
         if nxt:
