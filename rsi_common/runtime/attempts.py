@@ -58,11 +58,14 @@ RECORD_TTL_S = 86_400
 class TurnEnv(Protocol):
     """What this module uses of :class:`rsi_common.runtime.turns.TurnEnv` (which imports this module)."""
 
-    client: Any
-    params: RuntimeParams
-    wake: Callable[[str, str], None]
-    budget: Budget
-
+    @property
+    def client(self) -> Any: ...
+    @property
+    def params(self) -> RuntimeParams: ...
+    @property
+    def wake(self) -> Callable[[str, str], None]: ...
+    @property
+    def budget(self) -> Budget: ...
     @property
     def factory(self) -> Any: ...
 
