@@ -21,6 +21,7 @@ from rsi_common.config import RuntimeParams
 from rsi_common.db.runtime_models import SubagentRow
 from rsi_common.kernel.runner import CURRENT_TOOL_USE_ID
 from rsi_common.kernel.types import ToolDef, ToolResult, TurnYield
+from rsi_common.runtime.budget import Budget
 from rsi_common.runtime.caps import Caps
 from rsi_common.runtime.messages import Mailbox, Sender, claim, render, send
 from rsi_common.runtime.subagents import (
@@ -116,7 +117,8 @@ def runtime_tools(ctx: ToolContext) -> list[ToolDef]:
                                str(args.get("spec", "")), args.get("input", ""), args.get("name"),
                                ctx.version)
             with ctx.factory.begin() as s:
-                row, created = spawn(s, ctx.params, ctx.caps, req, ctx.catalog, ctx.grant)
+                row, created = spawn(s, ctx.params, ctx.caps, req, ctx.catalog, ctx.grant,
+                                     budget=Budget(ctx.redis, ctx.factory))
                 out = {"handle": row.id, "name": row.name, "spec": row.spec, "agent": row.child_agent,
                        "status": row.status}
             if created:

@@ -105,7 +105,7 @@ def _measure(client: RsiClient, n: int) -> dict[str, Any]:
         c0 = counter.thread_count()
         t0 = time.perf_counter()
         with sessions.begin() as s:
-            row, _ = spawn(s, params, caps, req, catalog, ())
+            row, _ = spawn(s, params, caps, req, catalog, (), budget=env.budget)
         t1 = time.perf_counter()
         c1 = counter.thread_count()
         call_ms.append((t1 - t0) * 1000)
