@@ -264,6 +264,9 @@ class RuntimeParams(_Frozen):
     """Messages one turn claims."""
     tick_s: float = Field(5.0, gt=0)
     """Period of ``rsi.tick`` (Celery beat), in seconds."""
+    enabled: bool = False
+    """This cluster serves queue ``agents``: beat schedules ``rsi.tick`` every ``tick_s``
+    (docs/runtime/failures.md#beat-and-deploy). Off: beat and every queue are as without the runtime."""
     idle_evict_s: int = Field(5400, ge=1)
     """An idle agent becomes ``inactive`` after this many seconds."""
     refine_cooldown_s: int = Field(1200, ge=1)

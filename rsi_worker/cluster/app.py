@@ -34,6 +34,7 @@ from rsi_common.dispatch import QUEUE_CONSOLIDATE, QUEUE_JUDGE, QUEUES, TASK_QUE
 from rsi_common.errors import SettingsError
 from rsi_worker.cluster.dream_tasks import register_dream
 from rsi_worker.cluster.events import BriefAMQP, BriefTask, QueueEvents, connect_queue_events
+from rsi_worker.cluster.runtime_beat import runtime_beat
 from rsi_worker.cluster.tasks import register
 from rsi_worker.cluster.worker import WorkerContext
 from rsi_worker.observability.logs import connect_task_context
@@ -116,7 +117,8 @@ def create_app(settings: Settings, *, name: str = "rsi") -> Celery:
         task_send_sent_event=True,
         result_expires=DELIVERY_TTL_S,
         worker_hijack_root_logger=False,
-        beat_schedule={"rsi-sweep": {"task": TASK_SWEEP, "schedule": settings.sweep_interval_s}},
+        beat_schedule={"rsi-sweep": {"task": TASK_SWEEP, "schedule": settings.sweep_interval_s},
+                       **runtime_beat(settings)},
     )
     ctx = WorkerContext(settings)
     app.rsi = ctx

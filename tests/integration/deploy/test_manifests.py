@@ -260,7 +260,7 @@ def test_every_manifest_parses_and_kustomization_lists_them_all() -> None:
 
 def test_compose_and_every_rsi_env_var_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     svc = rsi_services()
-    assert set(svc) == {"migrate", "worker-consolidate", "worker-replay", "beat", "api"}
+    assert set(svc) == {"migrate", "worker-consolidate", "worker-replay", "worker-agents", "beat", "api"}
     for name, service in svc.items():
         env = compose_env(service)
         settings = settings_from(env, monkeypatch)
@@ -321,7 +321,7 @@ def test_every_command_exists() -> None:
 def test_queues_match_the_dispatch_queues() -> None:
     assert set(TASK_ROUTES[t]["queue"] for t in TASK_ROUTES) == set(QUEUES)
     compose_queues = [queues_of(list(s["command"])) for s in rsi_services().values()
-                      if s["command"][0] == "worker"]
+                      if s["command"][0] == "worker" and "agents" not in s.get("profiles", [])]
     k8s_queues = {n: queues_of(list(c["args"])) for n, c in rsi_containers() if c["args"][0] == "worker"}
     workers = [s["command"] for s in rsi_services().values() if s["command"][0] == "worker"]
     assert all("--no-supervise" in cmd for cmd in workers)  # compose's restart policy supervises

@@ -109,7 +109,9 @@ def test_a_one_thread_worker_completes_a_parent_waiting_on_three_children_across
         keys = list(s.execute(sa.select(SpendRow.key)).scalars())
         worlds = s.execute(sa.text("SELECT io_id FROM rsi_worlds")).scalars().all()
     assert sorted(h.status for h in handles) == ["completed"] * 3
-    assert len(keys) == len(set(keys)) == 1 + 3 + 3 + 2  # operator message, spawns, child turns, 2 slices
+    # operator message, spawns, child turns, 2 slices, and the killed attempt's reservation (lost:)
+    assert len(keys) == len(set(keys)) == 1 + 3 + 3 + 2 + 1
+    assert len([k for k in keys if k.startswith("lost:P.researcher:")]) == 1
     assert len(worlds) == len(set(worlds)) == 3 + 2
     assert r.llen(QUEUE_AGENTS) == 0 and r.zcard("rsi:tree:P:slots") == 0
     assert all(q == "consolidate" for q in {c.queue for c in client.dispatcher.calls})
