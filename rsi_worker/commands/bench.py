@@ -261,10 +261,25 @@ def bench_dream_cmd(
 @bench.command("runtime")
 def bench_runtime_cmd(
     n: int = typer.Option(200, "--n", min=1, help="Spawns (and child turns) measured."),
+    roots: int = typer.Option(0, "--roots", min=0, help="Cluster run: roots (0 = no cluster run; R11: 100)."),
+    children: int = typer.Option(10, "--children", min=1, help="Cluster run: children per root (R11: 10)."),
+    workers: int = typer.Option(2, "--workers", min=1, help="Cluster run: worker processes (R11: 2)."),
+    threads: int = typer.Option(64, "--threads", min=1, help="Cluster run: threads per worker (R11: 64)."),
+    kills: int = typer.Option(0, "--kills", min=0, help="Cluster run: random kill -9 of a worker (R11: 20)."),
+    kill_window_s: float = typer.Option(20.0, "--kill-window-s", min=1, help="Kills fall in this window."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """The agent runtime's spawn call and spawn → child's first model request (private PostgreSQL and
-    redis-server, inline driver)."""
+    redis-server, inline driver); with ``--roots``, a run of roots × children on real workers
+    (``--kills``: random ``kill -9``) instead."""
+    if roots:
+        from rsi_worker.bench.runtime_cluster import bench_runtime_cluster
+
+        report = bench_runtime_cluster(roots=roots, children=children, workers=workers, threads=threads,
+                                       kills=kills, kill_window_s=kill_window_s)
+        title = f"rsi bench runtime --roots {roots} --children {children} --kills {kills}"
+        _print_flat(report, title, as_json)
+        return
     from rsi_worker.bench.runtime import bench_runtime
 
     _print_flat(bench_runtime(n), f"rsi bench runtime (n={n}, targets in the report)", as_json)
