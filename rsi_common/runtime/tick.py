@@ -31,6 +31,7 @@ from rsi_common.runtime.attempts import recover_expired
 from rsi_common.runtime.subagents import LIVE, after_settle, cancel, restore_cancel_flags
 from rsi_common.runtime.tree import set_lifecycle
 from rsi_common.runtime.turns import TurnEnv
+from rsi_common.runtime.waits import wake_satisfied
 
 __all__ = ["TickReport", "tick"]
 
@@ -98,6 +99,7 @@ def tick(env: TurnEnv, *, limit: int = 500) -> TickReport:
         redis.delete(*names)
         report.evicted += 1
     report.woken += recover_expired(env).requeued  # expired turn leases (docs/runtime/failures.md)
+    report.woken += wake_satisfied(env)  # satisfied waits whose wake a flush lost
     return report
 
 
