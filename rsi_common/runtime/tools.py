@@ -22,6 +22,7 @@ from rsi_common.db.runtime_models import SubagentRow
 from rsi_common.kernel.runner import CURRENT_TOOL_USE_ID
 from rsi_common.kernel.types import ToolDef, ToolResult, TurnYield
 from rsi_common.runtime.caps import Caps
+from rsi_common.runtime.goals import goal_tools
 from rsi_common.runtime.messages import Mailbox, Sender, claim, render, send
 from rsi_common.runtime.subagents import (
     SETTLED,
@@ -70,6 +71,8 @@ class ToolContext:
     claimed: list[str] = field(default_factory=list)
     """Messages claimed mid-turn by ``message_receive`` (consumed by the commit)."""
     budget_left: Callable[[], dict[str, Any]] = lambda: {}
+    check_factory: str | None = None
+    """``RSI_CHECK_FACTORY`` (the goal's check runs in ``goal_complete``)."""
 
 
 _S = {"type": "string"}
@@ -194,6 +197,7 @@ def runtime_tools(ctx: ToolContext) -> list[ToolDef]:
                     {"type": "object", "properties": {"max": {"type": "integer"}}}, family=FAMILY,
                     executor=guarded(do_receive)),
         ]
+    tools += goal_tools(ctx.factory, ctx.agent, ctx.session, ctx.check_factory)
     tools.append(ToolDef("budget_get", "What remains of today's budget.", family=FAMILY, read_only=True,
                          executor=lambda _args: _json(ctx.budget_left())))
     return tools
