@@ -24,25 +24,61 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
+from rsi_common.client import RsiClient
 from rsi_common.db.models import WorldRow
-from rsi_common.db.runtime_models import AutonomyRow, GoalRow, MessageRow, SpendRow
+from rsi_common.db.runtime_models import AgentRuntimeRow, AutonomyRow, GoalRow, MessageRow, SpendRow
 from rsi_common.db.sqltypes import db_now
 from rsi_common.errors import InvalidInput
 from rsi_common.kernel.types import TurnResult
-from rsi_common.runtime.caps import DayTotals, first_exceeded
+from rsi_common.runtime.budget import Budget
+from rsi_common.runtime.caps import Caps, DayTotals, first_exceeded
 from rsi_common.runtime.checks import MAX_REASON_CHARS, CheckContext, CheckResult, run_check, tool_calls_of
 from rsi_common.runtime.checks import validate_check as _validate_check
 from rsi_common.runtime.goals import goal_remainder
 from rsi_common.runtime.ids import new_id
 from rsi_common.runtime.tree import add_event, get_runtime
 
-if TYPE_CHECKING:
-    from rsi_common.runtime.turns import TurnEnv, TurnOutcome, _Slice
+
+class _Env(Protocol):
+    """What the hook reads of :class:`~rsi_common.runtime.turns.TurnEnv` (no import: turns calls this)."""
+
+    client: RsiClient
+    budget: Budget
+
+    def wake(self, agent: str, session: str) -> None: ...
+
+    @property
+    def factory(self) -> Any: ...
+
+
+class _Slice(Protocol):
+    """What the hook reads of the committed slice."""
+
+    rt: AgentRuntimeRow
+    caps: Caps
+    day: str
+
+    @property
+    def agent(self) -> str: ...
+
+    @property
+    def session(self) -> str: ...
+
+    @property
+    def logical(self) -> str: ...
+
+
+class _Outcome(Protocol):
+    @property
+    def outcome(self) -> str: ...
+
+
+_O = TypeVar("_O", bound=_Outcome)
 
 __all__ = ["DEFAULT_BUDGET", "START_TEXT", "after_logical_turn", "autonomy_json", "continuation_text",
            "reserve_want", "start_autonomy", "stop_autonomy"]
@@ -175,7 +211,7 @@ def _taint(s: Session, agent: str, logical: str, reason: str) -> int:
     return int(done.rowcount)
 
 
-def after_logical_turn(env: TurnEnv, sl: _Slice, result: TurnResult, out: TurnOutcome) -> TurnOutcome:
+def after_logical_turn(env: _Env, sl: _Slice, result: TurnResult, out: _O) -> _O:
     """Step the agent's loop after a committed logical turn (module docstring); returns ``out``."""
     if out.outcome != "ran" or result.pending is not None:
         return out
@@ -196,7 +232,7 @@ def after_logical_turn(env: TurnEnv, sl: _Slice, result: TurnResult, out: TurnOu
     return out
 
 
-def _step(env: TurnEnv, s: Session, sl: _Slice, loop: AutonomyRow, result: TurnResult,
+def _step(env: _Env, s: Session, sl: _Slice, loop: AutonomyRow, result: TurnResult,
           spent: DayTotals) -> bool:
     """Apply the rules to ``loop``; ``True`` when a continuation was posted."""
     now = s.execute(sa.select(db_now())).scalar_one()

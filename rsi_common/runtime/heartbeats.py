@@ -24,7 +24,8 @@ from rsi_common.errors import InvalidInput
 from rsi_common.runtime.ids import new_id
 from rsi_common.runtime.tree import add_event, get_runtime
 
-__all__ = ["MIN_EVERY_S", "add_heartbeat", "fire_due", "heartbeat_json", "next_fire", "update_heartbeat"]
+__all__ = ["MIN_EVERY_S", "add_heartbeat", "claim_beat", "due", "fire_due", "heartbeat_json", "next_fire",
+           "update_heartbeat"]
 
 MIN_EVERY_S = 60
 MAX_EVERY_S = 366 * 86_400
@@ -145,33 +146,45 @@ def update_heartbeat(s: Session, heartbeat: str, *, status: Any = None, instruct
 
 def fire_due(factory: sessionmaker[Session], now: datetime, *, limit: int = 500) -> list[tuple[str, str]]:
     """Fire the heartbeats due at ``now`` (module docstring); returns the mailboxes to wake."""
-    with factory() as s:
-        due = list(s.execute(sa.select(ScheduleRow.id, ScheduleRow.next_at).where(
-            ScheduleRow.status == "active", ScheduleRow.next_at <= now)
-            .order_by(ScheduleRow.next_at).limit(limit)).all())
-    woken: list[tuple[str, str]] = []
-    for sid, old in due:
-        with factory.begin() as s:
-            row = s.get(ScheduleRow, sid)
-            if row is None:
-                continue
-            nxt = next_fire(row.every_s, row.cron, now)
-            won: Any = s.execute(sa.update(ScheduleRow).where(
-                ScheduleRow.id == sid, ScheduleRow.next_at == old, ScheduleRow.status == "active")
-                .values(next_at=nxt))
-            if not won.rowcount:
-                continue  # another ticker claimed it
-            rt = s.get(AgentRuntimeRow, row.agent_id)
-            if rt is None or rt.lifecycle == "deleted":
-                s.execute(sa.update(ScheduleRow).where(ScheduleRow.id == sid).values(status="deleted"))
-                continue
-            waiting = s.execute(sa.select(sa.func.count()).select_from(MessageRow).where(
-                MessageRow.key.like(f"hb:{sid}:%"), MessageRow.consumed_io.is_(None))).scalar_one()
-            if waiting:
-                continue  # the last beat is still unread: only next_at advances
-            s.add(MessageRow(id=new_id("m"), key=f"hb:{sid}:{int(old.timestamp())}", kind="heartbeat",
-                             sender=None, relationship="operator", recipient=row.agent_id,
-                             session_id=row.session, text=row.instruction, label=row.label, hops=0,
-                             root_id=rt.root_id))
-            woken.append((row.agent_id, row.session))
+    woken = []
+    for sid, old in due(factory, now, limit=limit):
+        box = claim_beat(factory, sid, old, now)
+        if box is not None:
+            woken.append(box)
     return woken
+
+
+def due(factory: sessionmaker[Session], now: datetime, *, limit: int = 500) -> list[tuple[str, datetime]]:
+    """``(id, next_at)`` of the active heartbeats due at ``now``, oldest first."""
+    with factory() as s:
+        return [(str(i), n) for i, n in s.execute(sa.select(ScheduleRow.id, ScheduleRow.next_at).where(
+            ScheduleRow.status == "active", ScheduleRow.next_at <= now)
+            .order_by(ScheduleRow.next_at).limit(limit)).all()]
+
+
+def claim_beat(factory: sessionmaker[Session], sid: str, old: datetime, now: datetime
+               ) -> tuple[str, str] | None:
+    """Claim heartbeat ``sid`` seen due at ``old`` by compare-and-set on ``next_at`` and post its
+    message; returns the mailbox to wake, or ``None`` (another ticker won, the last beat is unread, or
+    the agent is deleted)."""
+    with factory.begin() as s:
+        row = s.get(ScheduleRow, sid)
+        if row is None:
+            return None
+        won: Any = s.execute(sa.update(ScheduleRow).where(
+            ScheduleRow.id == sid, ScheduleRow.next_at == old, ScheduleRow.status == "active")
+            .values(next_at=next_fire(row.every_s, row.cron, now)))
+        if not won.rowcount:
+            return None
+        rt = s.get(AgentRuntimeRow, row.agent_id)
+        if rt is None or rt.lifecycle == "deleted":
+            s.execute(sa.update(ScheduleRow).where(ScheduleRow.id == sid).values(status="deleted"))
+            return None
+        unread = s.execute(sa.select(sa.func.count()).select_from(MessageRow).where(
+            MessageRow.key.like(f"hb:{sid}:%"), MessageRow.consumed_io.is_(None))).scalar_one()
+        if unread:
+            return None
+        s.add(MessageRow(id=new_id("m"), key=f"hb:{sid}:{int(old.timestamp())}", kind="heartbeat",
+                         sender=None, relationship="operator", recipient=row.agent_id, session_id=row.session,
+                         text=row.instruction, label=row.label, hops=0, root_id=rt.root_id))
+        return row.agent_id, row.session

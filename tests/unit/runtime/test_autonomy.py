@@ -21,10 +21,12 @@ from rsi_common.errors import InvalidInput
 from rsi_common.kernel.testing import ScriptedModel, text_response, tool_response
 from rsi_common.llm import ModelClient
 from rsi_common.llm.sim import SimClient
+from rsi_common.replay import PolicySpec, replay_world
 from rsi_common.runtime.checks import CheckContext, sim_done
 from rsi_common.runtime.host import RuntimeClient
 from rsi_common.runtime.tree import AgentProfile
 from rsi_common.runtime.turns import TurnEnv, drain
+from rsi_common.world import TurnWorld
 
 CONT = "Continue toward the goal. (continuation {i} of {m})"
 
@@ -44,6 +46,10 @@ def sim(engine: Engine, fake_redis: Any, tmp_path: Any) -> Any:
     turn_env, queue, rc, client = _env(engine, fake_redis, tmp_path, SimClient())
     yield turn_env, queue, rc
     client.close()
+
+
+def client_harness(turn_env: TurnEnv) -> Any:
+    return turn_env.client.current_harness("A")
 
 
 def _worlds(rc: RuntimeClient, agent: str = "A") -> dict[str, dict[str, Any]]:
@@ -77,6 +83,11 @@ def test_finish_after_3_completes_the_goal_through_goal_complete(sim: Any) -> No
     last = worlds["main:4"]
     calls = last["tools"]["calls"]
     assert [c["name"] for c in calls] == ["goal_complete"] and '"complete":true' in calls[0]["content"]
+    # replay (H0, the sim) re-reads the note from the world: same answers, goal_complete from the record
+    for io, answer in (("main:1", "progress 0"), ("main:4", "done")):
+        again = replay_world(TurnWorld(io, worlds[io]), client_harness(turn_env), PolicySpec("sim", "sim-1"),
+                             llm_factory=lambda _p: SimClient())
+        assert (again.error, again.answer, again.off_support) == ("", answer, 0)
     # goal usage = Σ c(τ) of its turns, updated in each turn's commit
     assert goal["tokens_used"] == sum(w["outcome"]["policy_tokens"] for w in worlds.values())
     assert [e["to"] for e in _events(rc, "autonomy") if e["to"] != "continue"] == ["running", "completed"]
