@@ -11,7 +11,8 @@ applies the first matching rule:
 4. the turn ended ``blocked`` (not by its token grant) or ``failed``/``cancelled`` →
    ``stopped/blocked`` or ``stopped/turn_failed``;
 5. a budget is reached → ``stopped/budget:<turns|tokens|usd|wall|goal_tokens>``;
-6. the tree's or the agent's daily cap leaves no next turn → ``stopped/cap:<dim>``;
+6. the tree's or the agent's daily cap leaves no next turn → ``stopped/cap:<dim>`` (a turn refused
+   by a cap before it runs stops the loop the same way, :func:`stop_on_cap`);
 7. three tool-less turns in a row with the same final-text hash → ``stopped/stalled``;
 8. an operator stopped the loop (:func:`stop_autonomy`, checked first: the loop is no longer running);
 9. otherwise the message ``Continue toward the goal. (continuation <i> of <max>)`` plus the check's
@@ -39,7 +40,7 @@ from rsi_common.runtime.budget import Budget
 from rsi_common.runtime.caps import Caps, DayTotals, first_exceeded
 from rsi_common.runtime.checks import MAX_REASON_CHARS, CheckContext, CheckResult, run_check, tool_calls_of
 from rsi_common.runtime.checks import validate_check as _validate_check
-from rsi_common.runtime.goals import goal_remainder
+from rsi_common.runtime.goals import goal_remainder, latest_goal
 from rsi_common.runtime.ids import new_id
 from rsi_common.runtime.tree import add_event, get_runtime
 
@@ -81,7 +82,7 @@ class _Outcome(Protocol):
 _O = TypeVar("_O", bound=_Outcome)
 
 __all__ = ["DEFAULT_BUDGET", "START_TEXT", "after_logical_turn", "autonomy_json", "continuation_text",
-           "reserve_want", "start_autonomy", "stop_autonomy"]
+           "reserve_want", "start_autonomy", "stop_autonomy", "stop_on_cap"]
 
 DEFAULT_BUDGET: dict[str, Any] = {"max_turns": 12, "max_tokens": 80_000, "max_usd": None, "max_wall_s": 1800}
 START_TEXT = "Start working toward the goal."
@@ -176,6 +177,16 @@ def stop_autonomy(s: Session, agent: str, *, actor: str) -> AutonomyRow:
     return row
 
 
+def stop_on_cap(s: Session, agent: str, dim: str) -> bool:
+    """A turn of the agent was refused by a cap (docs/runtime/accounting.md#reservation): its running
+    loop stops (``stopped/cap:<dim>``, R5 "autonomy stops"), inside the caller's transaction."""
+    row = _running(s, agent)
+    if row is None:
+        return False
+    _finish(s, row, "stopped", f"cap:{dim}", "runtime")
+    return True
+
+
 def _finish(s: Session, row: AutonomyRow, status: str, reason: str, actor: str) -> None:
     row.status, row.reason = status, reason
     row.finished_at = s.execute(sa.select(db_now())).scalar_one()
@@ -238,8 +249,7 @@ def _step(env: _Env, s: Session, sl: _Slice, loop: AutonomyRow, result: TurnResu
     now = s.execute(sa.select(db_now())).scalar_one()
     tokens, usd = _turn_spend(s, sl.agent, sl.logical)
     loop.turns, loop.tokens, loop.usd = loop.turns + 1, int(loop.tokens) + tokens, float(loop.usd) + usd
-    goal = s.execute(sa.select(GoalRow).where(GoalRow.agent_id == sl.agent).order_by(
-        GoalRow.created_at.desc()).limit(1)).scalar_one_or_none()
+    goal = latest_goal(s, sl.agent)
     if goal is not None and goal.status == "completed" and goal.updated_at >= loop.started_at:
         _finish(s, loop, "completed", "goal_complete", "runtime")
         return False

@@ -25,7 +25,7 @@ from rsi_common.runtime.ids import new_id
 from rsi_common.runtime.tree import add_event, get_runtime
 
 __all__ = ["LIVE_GOAL", "MAX_OBJECTIVE_CHARS", "GoalRow", "commit_goal", "goal_json", "goal_notes",
-           "goal_remainder", "goal_tools", "live_goal", "set_goal", "update_goal"]
+           "goal_remainder", "goal_tools", "latest_goal", "live_goal", "set_goal", "update_goal"]
 
 LIVE_GOAL: tuple[str, ...] = ("active", "paused")
 MAX_OBJECTIVE_CHARS = 4000
@@ -41,6 +41,13 @@ def live_goal(s: Session, agent: str) -> GoalRow | None:
     """The agent's ``active`` or ``paused`` goal."""
     return s.execute(sa.select(GoalRow).where(GoalRow.agent_id == agent, GoalRow.status.in_(LIVE_GOAL))
                      .order_by(GoalRow.created_at.desc()).limit(1)).scalar_one_or_none()
+
+
+def latest_goal(s: Session, agent: str) -> GoalRow | None:
+    """The agent's live goal, else its most recent one."""
+    live_first = sa.case((GoalRow.status.in_(LIVE_GOAL), 0), else_=1)
+    return s.execute(sa.select(GoalRow).where(GoalRow.agent_id == agent).order_by(
+        live_first, GoalRow.updated_at.desc(), GoalRow.created_at.desc()).limit(1)).scalar_one_or_none()
 
 
 def _active(s: Session, agent: str) -> GoalRow | None:

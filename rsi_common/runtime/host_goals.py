@@ -50,11 +50,10 @@ class GoalsHostMixin:
                                                      token_budget=token_budget, actor=self.actor))
 
     def goal(self, agent: str) -> dict[str, Any] | None:
-        """The agent's latest goal, whatever its status (``None``: never had one)."""
+        """The agent's live goal, else its latest one (``None``: never had one)."""
         with self.sessions() as s:
             get_runtime(s, agent)
-            row = s.execute(sa.select(goals.GoalRow).where(goals.GoalRow.agent_id == agent).order_by(
-                goals.GoalRow.created_at.desc()).limit(1)).scalar_one_or_none()
+            row = goals.latest_goal(s, agent)
             return goals.goal_json(row) if row is not None else None
 
     # --- heartbeats ---------------------------------------------------------------------------
@@ -98,9 +97,11 @@ class GoalsHostMixin:
             return autonomy.autonomy_json(autonomy.stop_autonomy(s, agent, actor=self.actor))
 
     def autonomy(self, agent: str) -> dict[str, Any] | None:
-        """The agent's latest loop (``None``: never started one)."""
+        """The agent's running loop, else the one that finished last (``None``: never started one)."""
         with self.sessions() as s:
             get_runtime(s, agent)
+            running_first = sa.case((AutonomyRow.status == "running", 0), else_=1)
             row = s.execute(sa.select(AutonomyRow).where(AutonomyRow.agent_id == agent).order_by(
-                AutonomyRow.started_at.desc(), AutonomyRow.id).limit(1)).scalar_one_or_none()
+                running_first, AutonomyRow.finished_at.desc(), AutonomyRow.started_at.desc())
+                .limit(1)).scalar_one_or_none()
             return autonomy.autonomy_json(row) if row is not None else None

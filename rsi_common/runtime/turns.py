@@ -44,7 +44,7 @@ from rsi_common.kernel.turn import run_turn
 from rsi_common.kernel.types import TurnPlan, TurnResult
 from rsi_common.llm import ModelClient
 from rsi_common.runtime import keys
-from rsi_common.runtime.autonomy import after_logical_turn, reserve_want
+from rsi_common.runtime.autonomy import after_logical_turn, reserve_want, stop_on_cap
 from rsi_common.runtime.budget import Budget
 from rsi_common.runtime.caps import Caps, resolve_caps
 from rsi_common.runtime.goals import commit_goal, goal_notes
@@ -268,6 +268,7 @@ def _slotted_turn(env: TurnEnv, sl: _Slice, resume: bool) -> TurnOutcome:
         handle = sl.handle
         with env.factory.begin() as s:
             add_event(s, sl.agent, "cap", "runtime", dim=grant.dim, action="turn", io=sl.io)
+            stop_on_cap(s, sl.agent, grant.dim)
             won = handle is not None and sl.n == 1 and settle(s, handle.id, "failed", error=code)
         if won and handle is not None:
             after_settle(redis, [handle.id], cancelled=False, ttl_s=params.child_timeout_s)

@@ -219,3 +219,18 @@ def test_sim_done_check() -> None:
     assert not sim_done(CheckContext("A", "main", "g", "undone work")).passed
     bad = sim_done(CheckContext("A", "main", "g", "done", ("admin_console",)))
     assert not bad.integrity_ok and not bad.ok
+
+
+def test_caps_stop_the_loop_after_a_turn_and_before_one(sim: Any) -> None:
+    turn_env, queue, rc = sim
+    rc.set_caps("A", {"tree_turns_per_day": 1})
+    rc.start_autonomy("A")
+    assert [o.outcome for o in drain(turn_env, queue)] == ["ran"]
+    loop = rc.autonomy("A")
+    assert loop is not None and (loop["status"], loop["reason"]) == ("stopped", "cap:turns")
+    rc.set_caps("A", {"tree_tokens_per_day": 1})  # the day's tokens are spent: the next turn is refused
+    rc.start_autonomy("A")
+    assert [o.outcome for o in drain(turn_env, queue)] == ["capped"]
+    loop = rc.autonomy("A")
+    assert loop is not None
+    assert (loop["status"], loop["reason"], loop["turns"]) == ("stopped", "cap:tokens", 0)
