@@ -25,23 +25,34 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from rsi_common.client import RsiClient
+from rsi_common.config import RuntimeParams
 from rsi_common.db.models import WorldRow
-from rsi_common.db.runtime_models import AgentRuntimeRow, AutonomyRow, GoalRow, MessageRow, SpendRow
+from rsi_common.db.runtime_models import (
+    AgentRuntimeRow,
+    AutonomyRow,
+    GoalRow,
+    MessageRow,
+    SessionRow,
+    SpendRow,
+)
 from rsi_common.db.sqltypes import db_now
 from rsi_common.errors import InvalidInput
 from rsi_common.kernel.types import TurnResult
+from rsi_common.runtime import keys
 from rsi_common.runtime.budget import Budget
-from rsi_common.runtime.caps import Caps, DayTotals, first_exceeded
+from rsi_common.runtime.caps import Caps, DayTotals, first_exceeded, resolve_caps
 from rsi_common.runtime.checks import MAX_REASON_CHARS, CheckContext, CheckResult, run_check, tool_calls_of
 from rsi_common.runtime.checks import validate_check as _validate_check
 from rsi_common.runtime.goals import goal_remainder, latest_goal
 from rsi_common.runtime.ids import new_id
+from rsi_common.runtime.spend import db_day
 from rsi_common.runtime.tree import add_event, get_runtime
 
 
@@ -60,9 +71,14 @@ class _Env(Protocol):
 class _Slice(Protocol):
     """What the hook reads of the committed slice."""
 
-    rt: AgentRuntimeRow
-    caps: Caps
-    day: str
+    @property
+    def rt(self) -> AgentRuntimeRow: ...
+
+    @property
+    def caps(self) -> Caps: ...
+
+    @property
+    def day(self) -> str: ...
 
     @property
     def agent(self) -> str: ...
@@ -82,7 +98,7 @@ class _Outcome(Protocol):
 _O = TypeVar("_O", bound=_Outcome)
 
 __all__ = ["DEFAULT_BUDGET", "START_TEXT", "after_logical_turn", "autonomy_json", "continuation_text",
-           "reserve_want", "start_autonomy", "stop_autonomy", "stop_on_cap"]
+           "recover_steps", "reserve_want", "start_autonomy", "stop_autonomy", "stop_on_cap"]
 
 DEFAULT_BUDGET: dict[str, Any] = {"max_turns": 12, "max_tokens": 80_000, "max_usd": None, "max_wall_s": 1800}
 START_TEXT = "Start working toward the goal."
@@ -222,8 +238,10 @@ def _taint(s: Session, agent: str, logical: str, reason: str) -> int:
     return int(done.rowcount)
 
 
-def after_logical_turn(env: _Env, sl: _Slice, result: TurnResult, out: _O) -> _O:
-    """Step the agent's loop after a committed logical turn (module docstring); returns ``out``."""
+def after_logical_turn(env: _Env, sl: _Slice, result: TurnResult, out: _O, *, expect_turns: int | None = None
+                       ) -> _O:
+    """Step the agent's loop after a committed logical turn (module docstring); returns ``out``.
+    ``expect_turns`` (the tick's recovery) steps only a loop that has counted exactly that many turns."""
     if out.outcome != "ran" or result.pending is not None:
         return out
     with env.factory() as s:
@@ -235,7 +253,7 @@ def after_logical_turn(env: _Env, sl: _Slice, result: TurnResult, out: _O) -> _O
     spent = env.budget.totals(sl.rt.root_id, sl.agent, sl.day)  # read before the write transaction
     with env.factory.begin() as s:
         loop = _running(s, sl.agent)
-        if loop is None or loop.session != sl.session:
+        if loop is None or loop.session != sl.session or expect_turns not in (None, loop.turns):
             return out
         woke = _step(env, s, sl, loop, result, spent)
     if woke:
@@ -309,3 +327,62 @@ def _rule(sl: _Slice, loop: AutonomyRow, result: TurnResult, goal: GoalRow | Non
     if len(loop.stall) == STALL_TURNS and len(set(loop.stall)) == 1:
         return "stalled"
     return None
+
+
+@dataclass(frozen=True)
+class _Lost:
+    """The slice whose step a killed worker lost, rebuilt from SQL (satisfies :class:`_Slice`)."""
+
+    rt: AgentRuntimeRow
+    caps: Caps
+    day: str
+    agent: str
+    session: str
+    logical: str
+
+
+@dataclass(frozen=True)
+class _Ran:
+    outcome: str = "ran"
+
+
+def recover_steps(env: _Env, params: RuntimeParams, *, limit: int = 500) -> int:
+    """The tick's sweep: re-run the step a killed worker lost between a turn's commit and its step.
+
+    A running loop whose last continuation ``au:{loop}:{i}`` is consumed while the loop has counted
+    only ``i`` turns, with no turn of its session holding the lease and no wait pending, lost the step
+    of the turn that consumed it; the step runs again from that turn's stored world (the last slice).
+    Returns how many steps ran."""
+    with env.factory() as s:
+        loops = list(s.execute(sa.select(AutonomyRow).where(AutonomyRow.status == "running").limit(limit))
+                     .scalars())
+    done = 0
+    for loop in loops:
+        if env.client.redis.exists(keys.turn_lease(loop.agent_id, loop.session)):
+            continue
+        with env.factory() as s:
+            last = s.execute(sa.select(MessageRow).where(MessageRow.key.like(f"au:{loop.id}:%")).order_by(
+                MessageRow.seq.desc()).limit(1)).scalar_one_or_none()
+            if last is None or last.consumed_io is None or int(last.key.rsplit(":", 1)[1]) != loop.turns:
+                continue
+            logical = last.consumed_io.split("+", 1)[0]
+            row = s.execute(sa.select(SessionRow).where(
+                SessionRow.agent_id == loop.agent_id, SessionRow.session == loop.session)
+            ).scalar_one_or_none()
+            world = s.execute(sa.select(WorldRow).where(
+                WorldRow.agent_id == loop.agent_id,
+                sa.or_(WorldRow.io_id == logical, WorldRow.io_id.like(f"{logical}+%"))).order_by(
+                WorldRow.seq.desc()).limit(1)).scalar_one_or_none()
+            if row is None or row.pending is not None or world is None:
+                continue
+            rt = get_runtime(s, loop.agent_id)
+            caps = resolve_caps(params, get_runtime(s, rt.root_id).caps)
+            lost = _Lost(rt, caps, db_day(s), loop.agent_id, loop.session, logical)
+            out = world.world["outcome"]
+        result = TurnResult(answer=out["final_text"], status=out["status"],
+                            termination_reason=out["termination_reason"], world=None, trajectory={},
+                            params_read=[], policy_tokens=out["policy_tokens"], steps=out["steps"],
+                            transcript=out["transcript"], pending=None)
+        after_logical_turn(env, lost, result, _Ran(), expect_turns=loop.turns)
+        done += 1
+    return done

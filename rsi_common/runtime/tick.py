@@ -11,7 +11,8 @@ racing a turn, do no harm:
    its parent woken;
 4. **cancel flags** — the flags of recently cancelled handles are set again (after a flush);
 5. **heartbeats** — due ``rsi_schedules`` rows post their message by compare-and-set on ``next_at``
-   (:func:`rsi_common.runtime.heartbeats.fire_due`) and wake the mailbox;
+   (:func:`rsi_common.runtime.heartbeats.fire_due`) and wake the mailbox; an autonomy step a killed
+   worker lost after its turn's commit runs again (:func:`rsi_common.runtime.autonomy.recover_steps`);
 6. **idle eviction** — an agent ``idle`` for ``IDLE_EVICT_S`` becomes ``inactive`` and its Redis
    keys (bucket, wake marks, cooldown) are dropped; its next wake rebuilds it from SQL (``admitted``).
 
@@ -29,6 +30,7 @@ import sqlalchemy as sa
 from rsi_common.db.runtime_models import AgentRuntimeRow, MessageRow, SessionRow, SubagentRow
 from rsi_common.db.sqltypes import db_ago, db_now
 from rsi_common.runtime import keys
+from rsi_common.runtime.autonomy import recover_steps
 from rsi_common.runtime.heartbeats import fire_due
 from rsi_common.runtime.subagents import LIVE, after_settle, cancel, restore_cancel_flags
 from rsi_common.runtime.tree import set_lifecycle
@@ -48,11 +50,12 @@ class TickReport:
     flags: int = 0
     evicted: int = 0
     heartbeats: int = 0
+    loop_steps: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"woken": [list(w) for w in self.woken], "overdue": self.overdue, "orphaned": self.orphaned,
                 "timed_out": self.timed_out, "flags": self.flags, "evicted": self.evicted,
-                "heartbeats": self.heartbeats}
+                "heartbeats": self.heartbeats, "loop_steps": self.loop_steps}
 
 
 def tick(env: TurnEnv, *, limit: int = 500) -> TickReport:
@@ -91,6 +94,7 @@ def tick(env: TurnEnv, *, limit: int = 500) -> TickReport:
     with env.factory() as s:
         report.flags = restore_cancel_flags(s, redis, ttl_s=params.child_timeout_s)
     report.heartbeats = _beats(env, report, now, limit)
+    report.loop_steps = recover_steps(env, params, limit=limit)
     with env.factory.begin() as s:
         idle = list(s.execute(sa.select(AgentRuntimeRow).where(
             AgentRuntimeRow.lifecycle == "idle", AgentRuntimeRow.updated_at <= db_ago(params.idle_evict_s))

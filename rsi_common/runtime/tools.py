@@ -98,7 +98,8 @@ def wait_result(factory: sessionmaker[Session], agent: str, session: str, handle
 
 def runtime_tools(ctx: ToolContext) -> list[ToolDef]:
     """The runtime tools offered to this turn: the ``subagent_*`` tools when a catalog is enabled and
-    depth < ``MAX_DEPTH``, the message tools when the profile allows them, ``budget_get`` always."""
+    depth < ``MAX_DEPTH``, the message tools when the profile allows them, ``goal_get`` and
+    ``goal_complete`` while a goal is active (docs/runtime/goals.md#goals), ``budget_get`` always."""
     tools: list[ToolDef] = []
 
     def guarded(fn: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:

@@ -22,8 +22,10 @@ from rsi_common.kernel.testing import ScriptedModel, text_response, tool_respons
 from rsi_common.llm import ModelClient
 from rsi_common.llm.sim import SimClient
 from rsi_common.replay import PolicySpec, replay_world
+from rsi_common.runtime import turns
 from rsi_common.runtime.checks import CheckContext, sim_done
 from rsi_common.runtime.host import RuntimeClient
+from rsi_common.runtime.tick import tick
 from rsi_common.runtime.tree import AgentProfile
 from rsi_common.runtime.turns import TurnEnv, drain
 from rsi_common.world import TurnWorld
@@ -234,3 +236,21 @@ def test_caps_stop_the_loop_after_a_turn_and_before_one(sim: Any) -> None:
     loop = rc.autonomy("A")
     assert loop is not None
     assert (loop["status"], loop["reason"], loop["turns"]) == ("stopped", "cap:tokens", 0)
+
+
+def test_the_tick_reruns_a_step_lost_between_the_commit_and_the_step(
+        sim: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    turn_env, queue, rc = sim
+    rc.set_goal("A", "sort the files; finish after 1 turns", 50_000, "sim.done")
+    rc.start_autonomy("A", check="sim.done")
+    with monkeypatch.context() as m:  # the worker dies after the first turn's commit, before its step
+        m.setattr(turns, "after_logical_turn", lambda env, sl, result, out: out)
+        assert [o.answer for o in drain(turn_env, queue)] == ["progress 0"]
+    loop = rc.autonomy("A")
+    assert loop is not None and (loop["status"], loop["turns"]) == ("running", 0)
+    assert tick(turn_env).loop_steps == 1 and tick(turn_env).loop_steps == 0  # once
+    ran = [o for o in drain(turn_env, queue) if o.outcome == "ran"]
+    assert [o.answer for o in ran] == ["done"]
+    loop = rc.autonomy("A")
+    assert loop is not None
+    assert (loop["status"], loop["reason"], loop["turns"]) == ("completed", "goal_complete", 2)
