@@ -362,6 +362,10 @@ class Settings(BaseSettings):
     """``"package.module:callable"`` returning a model factory for workers (custom providers,
     tests); called with the settings. Default: the built-in clients."""
 
+    check_factory: str | None = None
+    """``"package.module:callable"`` returning ``{name: Check}``, the goal and autonomy checks beside
+    the built-in ``sim.done`` (docs/runtime/goals.md#checks)."""
+
     roles: RoleModels = RoleModels()
     sim: SimConfig = SimConfig()
     consolidation: ConsolidationParams = ConsolidationParams()
@@ -427,7 +431,7 @@ class Settings(BaseSettings):
             raise ValueError(f"must be one of {', '.join(_LOG_LEVELS)}")
         return v
 
-    @field_validator("model_factory")
+    @field_validator("model_factory", "check_factory")
     @classmethod
     def _factory_spec(cls, v: str | None) -> str | None:
         if v is not None and not _FACTORY_SPEC.fullmatch(v):

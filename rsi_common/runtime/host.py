@@ -22,6 +22,7 @@ from rsi_common.db.runtime_models import AgentRuntimeRow, MessageRow, SubagentRo
 from rsi_common.dispatch import QUEUE_AGENTS, TASK_AGENT_TURN
 from rsi_common.errors import InvalidInput
 from rsi_common.runtime.caps import CAP_FIELDS, resolve_caps
+from rsi_common.runtime.host_goals import GoalsHostMixin
 from rsi_common.runtime.messages import Sender, send, wake_after_commit
 from rsi_common.runtime.spend import agent_totals, db_day, tree_totals
 from rsi_common.runtime.subagents import after_settle, cancel, delete_agent, item
@@ -31,7 +32,7 @@ from rsi_common.runtime.turns import marked_wake
 __all__ = ["RuntimeClient"]
 
 
-class RuntimeClient:
+class RuntimeClient(GoalsHostMixin):
     """Register agents, post turns and messages, read trees and spend, cancel and delete.
 
     Args:

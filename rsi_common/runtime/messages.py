@@ -261,9 +261,9 @@ def consume(session: Session, ids: Sequence[str], io: str) -> int:
 
 
 def render(m: MessageRow) -> str:
-    """A message as turn input: spawn inputs plain, heartbeats ``[heartbeat <label>] <text>``, others
-    ``[message <id> from <sender> (<relationship>)]\\n<text>``."""
-    if m.kind == "spawn_input":
+    """A message as turn input: spawn inputs and autonomy continuations plain, heartbeats
+    ``[heartbeat <label>] <text>``, others ``[message <id> from <sender> (<relationship>)]\\n<text>``."""
+    if m.kind in ("spawn_input", "continuation"):
         return m.text
     if m.kind == "heartbeat":
         return f"[heartbeat {m.label or ''}] {m.text}"

@@ -10,10 +10,13 @@ racing a turn, do no harm:
 3. **child timeouts** — a live handle older than ``CHILD_TIMEOUT_S`` is cancelled (``timeout``) and
    its parent woken;
 4. **cancel flags** — the flags of recently cancelled handles are set again (after a flush);
-5. **idle eviction** — an agent ``idle`` for ``IDLE_EVICT_S`` becomes ``inactive`` and its Redis
+5. **heartbeats** — due ``rsi_schedules`` rows post their message by compare-and-set on ``next_at``
+   (:func:`rsi_common.runtime.heartbeats.fire_due`) and wake the mailbox; an autonomy step a killed
+   worker lost after its turn's commit runs again (:func:`rsi_common.runtime.autonomy.recover_steps`);
+6. **idle eviction** — an agent ``idle`` for ``IDLE_EVICT_S`` becomes ``inactive`` and its Redis
    keys (bucket, wake marks, cooldown) are dropped; its next wake rebuilds it from SQL (``admitted``).
 
-Not built yet: heartbeats, the re-enqueue of a turn whose lease expired uncommitted
+Not built yet: the re-enqueue of a turn whose lease expired uncommitted
 (today the broker's redelivery re-runs it), and skipping spent trees.
 """
 
@@ -28,6 +31,8 @@ from rsi_common.db.runtime_models import AgentRuntimeRow, MessageRow, SessionRow
 from rsi_common.db.sqltypes import db_ago, db_now
 from rsi_common.runtime import keys
 from rsi_common.runtime.attempts import recover_expired
+from rsi_common.runtime.autonomy import recover_steps
+from rsi_common.runtime.heartbeats import fire_due
 from rsi_common.runtime.subagents import LIVE, after_settle, cancel, restore_cancel_flags
 from rsi_common.runtime.tree import set_lifecycle
 from rsi_common.runtime.turns import TurnEnv
@@ -46,10 +51,13 @@ class TickReport:
     timed_out: int = 0
     flags: int = 0
     evicted: int = 0
+    heartbeats: int = 0
+    loop_steps: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"woken": [list(w) for w in self.woken], "overdue": self.overdue, "orphaned": self.orphaned,
-                "timed_out": self.timed_out, "flags": self.flags, "evicted": self.evicted}
+                "timed_out": self.timed_out, "flags": self.flags, "evicted": self.evicted,
+                "heartbeats": self.heartbeats, "loop_steps": self.loop_steps}
 
 
 def tick(env: TurnEnv, *, limit: int = 500) -> TickReport:
@@ -87,6 +95,8 @@ def tick(env: TurnEnv, *, limit: int = 500) -> TickReport:
             _wake(env, report, agent, session)
     with env.factory() as s:
         report.flags = restore_cancel_flags(s, redis, ttl_s=params.child_timeout_s)
+    report.heartbeats = _beats(env, report, now, limit)
+    report.loop_steps = recover_steps(env, params, limit=limit)
     with env.factory.begin() as s:
         idle = list(s.execute(sa.select(AgentRuntimeRow).where(
             AgentRuntimeRow.lifecycle == "idle", AgentRuntimeRow.updated_at <= db_ago(params.idle_evict_s))
@@ -101,6 +111,13 @@ def tick(env: TurnEnv, *, limit: int = 500) -> TickReport:
     report.woken += recover_expired(env).requeued  # expired turn leases (docs/runtime/failures.md)
     report.woken += wake_satisfied(env)  # satisfied waits whose wake a flush lost
     return report
+
+
+def _beats(env: TurnEnv, report: TickReport, now: Any, limit: int) -> int:
+    fired = fire_due(env.factory, now, limit=limit)
+    for agent, session in fired:
+        _wake(env, report, agent, session)
+    return len(fired)
 
 
 def _wake(env: TurnEnv, report: TickReport, agent: str, session: str) -> None:

@@ -23,6 +23,7 @@ from rsi_common.kernel.runner import CURRENT_TOOL_USE_ID
 from rsi_common.kernel.types import ToolDef, ToolResult, TurnYield
 from rsi_common.runtime.budget import Budget
 from rsi_common.runtime.caps import Caps
+from rsi_common.runtime.goals import goal_tools
 from rsi_common.runtime.messages import Mailbox, Sender, claim, render, send
 from rsi_common.runtime.subagents import (
     SETTLED,
@@ -72,6 +73,8 @@ class ToolContext:
     claimed: list[str] = field(default_factory=list)
     """Messages claimed mid-turn by ``message_receive`` (consumed by the commit)."""
     budget_left: Callable[[], dict[str, Any]] = lambda: {}
+    check_factory: str | None = None
+    """``RSI_CHECK_FACTORY`` (the goal's check runs in ``goal_complete``)."""
 
 
 _S = {"type": "string"}
@@ -97,7 +100,8 @@ def wait_result(factory: sessionmaker[Session], agent: str, session: str, handle
 
 def runtime_tools(ctx: ToolContext) -> list[ToolDef]:
     """The runtime tools offered to this turn: the ``subagent_*`` tools when a catalog is enabled and
-    depth < ``MAX_DEPTH``, the message tools when the profile allows them, ``budget_get`` always."""
+    depth < ``MAX_DEPTH``, the message tools when the profile allows them, ``goal_get`` and
+    ``goal_complete`` while a goal is active (docs/runtime/goals.md#goals), ``budget_get`` always."""
     tools: list[ToolDef] = []
 
     def guarded(fn: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
@@ -197,6 +201,7 @@ def runtime_tools(ctx: ToolContext) -> list[ToolDef]:
                     {"type": "object", "properties": {"max": {"type": "integer"}}}, family=FAMILY,
                     executor=guarded(do_receive)),
         ]
+    tools += goal_tools(ctx.factory, ctx.agent, ctx.session, ctx.check_factory)
     tools.append(ToolDef("budget_get", "What remains of today's budget.", family=FAMILY, read_only=True,
                          executor=lambda _args: _json(ctx.budget_left())))
     tools += toolset_tools(ctx.grant)  # the profile's toolset, at_most_once calls journaled

@@ -44,8 +44,10 @@ from rsi_common.kernel.turn import run_turn
 from rsi_common.kernel.types import TurnPlan, TurnResult
 from rsi_common.llm import ModelClient
 from rsi_common.runtime import attempts, effects, keys
+from rsi_common.runtime.autonomy import after_logical_turn, reserve_want, stop_on_cap
 from rsi_common.runtime.budget import Budget
 from rsi_common.runtime.caps import Caps, resolve_caps
+from rsi_common.runtime.goals import commit_goal, goal_notes
 from rsi_common.runtime.messages import claim, consume, hops_of, render, wake_after_commit
 from rsi_common.runtime.prices import Price, price_of, usd_of
 from rsi_common.runtime.spend import Charge, charge, db_day, turn_key
@@ -276,13 +278,15 @@ def _slotted_turn(env: TurnEnv, sl: _Slice, resume: bool) -> TurnOutcome:
         sl.day = db_day(s)
     sl.price = price_of(params.prices, profile["provider"], profile["model"])
     grant = env.budget.reserve(res_id=sl.res_id, root=sl.rt.root_id, agent=sl.agent, day=sl.day,
-                               want=params.turn_reserve_tokens, caps=sl.caps, price=sl.price,
+                               want=reserve_want(env.factory, sl.agent, params.turn_reserve_tokens),
+                               caps=sl.caps, price=sl.price,
                                ttl_s=params.turn_lease_s * params.max_turn_attempts)
     if grant.refused:
         code = "cap_unpriced" if grant.dim == "unpriced" else f"cap_exceeded:{grant.dim}"
         handle = sl.handle
         with env.factory.begin() as s:
             add_event(s, sl.agent, "cap", "runtime", dim=grant.dim, action="turn", io=sl.io)
+            stop_on_cap(s, sl.agent, grant.dim)
             won = handle is not None and sl.n == 1 and settle(s, handle.id, "failed", error=code)
         if won and handle is not None:
             after_settle(redis, [handle.id], cancelled=False, ttl_s=params.child_timeout_s)
@@ -323,6 +327,7 @@ def _granted_turn(env: TurnEnv, sl: _Slice, resume: bool) -> TurnOutcome:
                       catalog, tuple(profile_tools(rt)), hops_in, None,
                       bool(rt.profile.get("messages", True)))
     ctx.budget_left = lambda: _budget_left(env, sl)
+    ctx.check_factory = env.client.settings.check_factory
     result = _stored_or_run(env, sl, turn_input, ctx, own_spec)
     if result.world is not None:
         world = finalize_world({**result.world, "runtime": {
@@ -331,8 +336,8 @@ def _granted_turn(env: TurnEnv, sl: _Slice, resume: bool) -> TurnOutcome:
             "request": request if sl.k > 1 else None, "messages_in": msg_ids + ctx.claimed}})
         result = replace(result, world=world)
         env.client.record_turn(sl.agent, result)
-    return _commit(env, sl, result, msg_ids + ctx.claimed, hops_in,
-                   request if request is not None else turn_input, ctx)
+    return after_logical_turn(env, sl, result, _commit(env, sl, result, msg_ids + ctx.claimed, hops_in,
+                                                       request if request is not None else turn_input, ctx))
 
 
 def _budget_left(env: TurnEnv, sl: _Slice) -> dict[str, Any]:
@@ -370,7 +375,7 @@ def _stored_or_run(env: TurnEnv, sl: _Slice, turn_input: Any, ctx: ToolContext,
     plan = TurnPlan(input=turn_input, agent_id=sl.agent, io_id=sl.io, interaction_id=sl.session,
                     session_id=sl.session, provider=profile["provider"], model=profile["model"],
                     system_parts=system_parts, messages=list(sl.row.messages), tools=runtime_tools(ctx),
-                    kwargs=kwargs)
+                    kwargs=kwargs, turn_notes=goal_notes(env.factory, sl.agent))
     cancel_key = keys.handle_cancel(sl.handle.id) if sl.handle is not None else None
     deadline = time.monotonic() + env.params.child_timeout_s
     redis = env.client.redis
@@ -417,6 +422,8 @@ def _commit(env: TurnEnv, sl: _Slice, result: TurnResult, consumed_ids: list[str
             env.budget.release(sl.res_id, sl.rt.root_id)
             return TurnOutcome("conflict", sl.io)
         inserted = charge(s, spend, sl.day)
+        commit_goal(s, sl.agent, sl.session, sl.io, spend.tokens, result.transcript,
+                    env.client.settings.check_factory)
         if handle is not None and sl.n == 1:
             if yielded:
                 s.execute(sa.update(SubagentRow).where(

@@ -1,5 +1,7 @@
 """The sim model answering a turn (docs/formats.md#sim-3-the-policy), role ``policy``.
 
+0. Under a goal note (``Goal: …``), the goal rules of :mod:`rsi_common.llm.sim.goals` answer first.
+
 1. Tools are offered and the input names one (case-insensitive, as a whole word — ``use <name>``
    included) that was not called in this turn → the reply is one ``tool_use`` block for the
    first such tool in order of first mention. Its arguments are the input's ``key=value`` pairs
@@ -23,6 +25,7 @@ from typing import Any
 
 from rsi_common.llm.base import canonical_json
 from rsi_common.llm.sim.core import SimCall, Turn, find_turn, result_text, text_reply
+from rsi_common.llm.sim.goals import goal_reply
 from rsi_common.llm.sim.traits import (
     Answer,
     apply_traits,
@@ -42,6 +45,9 @@ def policy(call: SimCall) -> list[dict[str, Any]]:
     """Answer one policy call (module docstring)."""
     request = call.request
     turn = find_turn(request.messages)
+    under_goal = goal_reply(request, turn)
+    if under_goal is not None:
+        return under_goal
     if request.tools:
         called = {str(u.get("name", "")).lower() for u in turn.tool_uses}
         for tool in named_tools(turn.input, request.tools):
