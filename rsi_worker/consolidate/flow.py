@@ -46,6 +46,7 @@ from rsi_worker.consolidate.inputs import record_inputs
 from rsi_worker.consolidate.judging import judge_round
 from rsi_worker.consolidate.opening import KIND_CONSOLIDATE, open_row, open_step
 from rsi_worker.consolidate.outcome import Next, final
+from rsi_worker.consolidate.refining import is_refine_io
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.spend import over_cap
 from rsi_worker.consolidate.trials import run_trial as trial_body
@@ -165,7 +166,8 @@ def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
         LeaseLost: the lease was not held any more.
         InvalidInput: ``kind`` is empty or too long (nothing is written).
     """
-    decided = quiet.decide(deps, lease, force=force, kind=kind)  # nothing to learn: one read
+    refining = is_refine_io(lease.io)  # a refine never takes the quiet path (docs/runtime/refine.md)
+    decided = None if refining else quiet.decide(deps, lease, force=force, kind=kind)  # one read
     if decided is not None:
         return decided
     ctx, running = open_row(deps, lease, force=force, kind=kind)
