@@ -23,6 +23,7 @@ from rsi_common.kernel.runner import CURRENT_TOOL_USE_ID
 from rsi_common.kernel.types import ToolDef, ToolResult, TurnYield
 from rsi_common.runtime.caps import Caps
 from rsi_common.runtime.messages import Mailbox, Sender, claim, render, send
+from rsi_common.runtime.refine_tool import refine_tools
 from rsi_common.runtime.subagents import (
     SETTLED,
     RuntimeRefusal,
@@ -70,6 +71,10 @@ class ToolContext:
     claimed: list[str] = field(default_factory=list)
     """Messages claimed mid-turn by ``message_receive`` (consumed by the commit)."""
     budget_left: Callable[[], dict[str, Any]] = lambda: {}
+    refine: bool = False
+    """The profile allows ``refine_request`` (:mod:`~rsi_common.runtime.refine_tool`)."""
+    refines: list[Any] = field(default_factory=list)
+    """Refine requests this slice accepted (started after its commit)."""
 
 
 _S = {"type": "string"}
@@ -194,6 +199,7 @@ def runtime_tools(ctx: ToolContext) -> list[ToolDef]:
                     {"type": "object", "properties": {"max": {"type": "integer"}}}, family=FAMILY,
                     executor=guarded(do_receive)),
         ]
+    tools += refine_tools(ctx)
     tools.append(ToolDef("budget_get", "What remains of today's budget.", family=FAMILY, read_only=True,
                          executor=lambda _args: _json(ctx.budget_left())))
     return tools

@@ -38,8 +38,9 @@ def _round(inc: Any, **kw: Any) -> GateRound:
     (("search",), (), ("search",), None),
     (None, ("search", "calc"), ("calc",), None),
 ])
-def test_pv1_a_tool_outside_the_grant_or_the_incumbent(granted: tuple[str, ...] | None, inc_tools: tuple[str, ...],
-                                                       cand_tools: tuple[str, ...], rejected: str | None) -> None:
+def test_pv1_a_tool_outside_the_grant_or_the_incumbent(
+        granted: tuple[str, ...] | None, inc_tools: tuple[str, ...], cand_tools: tuple[str, ...],
+        rejected: str | None) -> None:
     inc = harness([TABLE], edit=_with_tools(*inc_tools))
     cand = harness([TABLE, ONE_MORE], edit=_with_tools(*cand_tools))
     out = screen(_round(inc, granted_tools=granted), workspace_of(cand))

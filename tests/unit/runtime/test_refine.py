@@ -102,7 +102,8 @@ def test_the_focus_reaches_the_analyst_and_the_proposer(tmp_path: Path) -> None:
     assert seen and all(text.startswith(line) for text in seen)
 
 
-def test_a_focus_only_agent_refine_on_a_passing_harness_is_kept_and_the_cooldown_refuses(stack: Stack) -> None:
+def test_a_focus_only_agent_refine_on_a_passing_harness_is_kept_and_the_cooldown_refuses(
+        stack: Stack) -> None:
     with stack.sessions.begin() as s:
         register(s, "bot", AgentProfile(refine=True))
         register(s, "mute", AgentProfile())
