@@ -75,20 +75,20 @@ def test_an_agent_without_the_flag_is_not_offered_the_tool(env: Any) -> None:
 
 
 def test_the_host_api_refine_taint_revoke_audit(env: Any) -> None:
-    turn_env, queue, rc, dispatcher = env
+    turn_env, queue, rc, _ = env
     rc.register("ops-bot", {})
     rc.start_turn("ops-bot", "Compare laptops: use search query=laptops")
     drain(turn_env, queue, max_turns=10)
     out = rc.refine("ops-bot", "", ["present options as a table"], "alice")
     assert out["scheduled"] is True and out["request"].startswith("rf_")
-    with pytest.raises(InvalidInput, match="^criteria"):
+    with pytest.raises(InvalidInput, match=r"^criteria"):
         rc.refine("ops-bot", "", ["x"] * 6, "alice")
     from rsi_common.db import load_latest_worlds
 
     with turn_env.factory() as s:
         io = load_latest_worlds(s, "ops-bot", 1)[0].io_id
     assert rc.taint("ops-bot", io, "operator review")["tainted"] == 1
-    with pytest.raises(InvalidInput, match="^reason"):
+    with pytest.raises(InvalidInput, match=r"^reason"):
         rc.taint("ops-bot", io, "")
     assert rc.audit("ops-bot") == []  # no version adopted yet
     with pytest.raises(Exception, match="version"):
