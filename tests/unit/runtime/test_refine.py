@@ -238,3 +238,20 @@ def test_a_revoked_version_and_its_lines_are_pv4(stack: Stack) -> None:
     assert inputs.revoked_versions == (adopted.version,) and inputs.revoked_lines
     out = screen(build_round(h0, [], screen=inputs), workspace_of(again))
     assert out is not None and out.stage == "privilege" and any("PV4" in r for r in out.reasons)
+
+
+def test_a_registered_agents_run_is_charged_to_its_root_and_a_spent_tree_skips(stack: Stack) -> None:
+    import sqlalchemy as sa
+
+    from rsi_common.db.runtime_models import SpendRow
+
+    with stack.sessions.begin() as s:
+        register(s, "shop", AgentProfile(), caps={"tree_tokens_per_day": 1})
+    stack.say("shop", "c1", LAPTOPS)
+    _, [first] = _refine(stack, "shop", "", (TABLE,))
+    assert first.status == "adopted" and first.spend["tokens"] > 0
+    with stack.sessions() as s:
+        [row] = s.execute(sa.select(SpendRow).where(SpendRow.key == f"run:{first.run_id}")).scalars()
+    assert (row.kind, row.root_id, row.agent_id, row.tokens) == ("run", "shop", "shop", first.spend["tokens"])
+    _, [second] = _refine(stack, "shop", "", (TABLE,))
+    assert (second.status, second.reason) == ("skipped", "tree budget exhausted")
