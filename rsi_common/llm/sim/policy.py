@@ -13,8 +13,8 @@
 3. With an output schema the reply is the facts as one JSON object ``{key: value}`` (values as in
    the tool results or the input, units kept; a later duplicate key wins), traits not applied.
 
-Before rule 1 (docs/runtime/refine.md#sim, R9.4): when ``refine_request`` is offered and not yet
-called this turn, an input line ``refine: <f>`` is one ``refine_request`` call with ``focus`` = f.
+Before rule 1, the runtime behaviours (delegation, messages, refine;
+:mod:`rsi_common.llm.sim.runtime_acts`) when their tools are offered.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 
 from rsi_common.llm.base import canonical_json
 from rsi_common.llm.sim.core import SimCall, Turn, find_turn, result_text, text_reply
+from rsi_common.llm.sim.runtime_acts import runtime_act
 from rsi_common.llm.sim.traits import (
     Answer,
     apply_traits,
@@ -38,7 +39,6 @@ from rsi_common.llm.sim.traits import (
 
 __all__ = ["active_traits", "named_tools", "parse_kv_args", "policy"]
 
-_REFINE = re.compile(r"(?im)^\s*refine:\s*(.+)$")
 _KV = re.compile(r"""(?<![\w.\-])([A-Za-z_][\w.\-]*)=("([^"]*)"|'([^']*)'|([^\s,;]+))""")
 
 
@@ -48,11 +48,9 @@ def policy(call: SimCall) -> list[dict[str, Any]]:
     turn = find_turn(request.messages)
     if request.tools:
         called = {str(u.get("name", "")).lower() for u in turn.tool_uses}
-        refine = _REFINE.search(turn.input)
-        offered = next((t for t in request.tools if t.get("name") == "refine_request"), None)
-        if refine is not None and offered is not None and "refine_request" not in called:
-            block = _tool_use(request.messages, offered, "")
-            return [{**block, "input": {"focus": refine.group(1).strip()}}]
+        acted = runtime_act(request.messages, request.tools, turn)  # delegation, messages, refine
+        if acted is not None:
+            return acted
         for tool in named_tools(turn.input, request.tools):
             if str(tool["name"]).lower() not in called:
                 return [_tool_use(request.messages, tool, turn.input)]
