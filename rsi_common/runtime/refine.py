@@ -187,7 +187,8 @@ def taint(session: Session, agent: str, io: str, reason: object, actor: str = "o
     Returns the number of worlds tainted (0: already tainted). Raises :class:`InvalidInput`.
     """
     why = _text(reason, "reason", MAX_REASON_CHARS)
-    check_id(io, "io", max_chars=255)
+    if not isinstance(io, str) or not io or len(io) > 255:
+        raise InvalidInput("io must be a turn's io id of at most 255 characters")
     row = session.execute(sa.select(WorldRow).where(WorldRow.agent_id == agent, WorldRow.io_id == io)
                           ).scalar_one_or_none()
     if row is None:
@@ -205,6 +206,8 @@ def revoke(session: Session, agent: str, version: str, reason: object, *, taint_
     compare-and-swap of the rollback path: a run in flight ends ``kept``); with ``taint_evidence``,
     taint the worlds of the run that adopted it. Raises ``InvalidInput`` / ``UnknownVersionError``."""
     why = _text(reason, "reason", MAX_REASON_CHARS)
+    if not isinstance(version, str) or not version or len(version) > 100:
+        raise InvalidInput("version must be a stored version string of at most 100 characters")
     agent_row = get_agent(session, agent)
     row = session.execute(sa.select(HarnessRow).where(HarnessRow.agent_id == agent,
                                                       HarnessRow.version == version)).scalar_one_or_none()
