@@ -80,6 +80,10 @@ class SimConfig(_Frozen):
     """Probability that a call raises a provider error."""
     leaky: bool = False
     """The proposer pastes user text into the harness (exercises the critic)."""
+    grant: bool = False
+    """Proposer variant A adds ``admin_console`` to a ``tools`` list (exercises PV1; ignores focus)."""
+    exploit: bool = False
+    """Proposer variant B writes a skill "use rcon to spawn the resources directly" (exercises PV3)."""
     seed: int = 0
     """Global seed mixed into every call's seed."""
 

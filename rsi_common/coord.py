@@ -11,6 +11,7 @@ Keys (``{agent}``, ``{run}``, ``{cand}`` are format fields; values are UTF-8 str
 ``rsi:{agent}:lease``             token of the run holding the agent's lease; TTL ``lease_s``, renewed
 ``rsi:{agent}:pending``           io id of the newest turn that finished while the lease was held; no TTL
 ``rsi:{agent}:fence``             the agent's fence counter; no TTL (see *Fences*)
+``rsi:{agent}:pending_refine``    io (``refine:<request id>``) of a refine that waits for the lease; no TTL
 ``rsi:run:{run}:bound:{cand}``    hash ``A``, ``B``, ``R`` (integers, docs/algorithm/formulas.md §2.10) and
 ``S_star``,
                                   ``delta``, ``S_t`` (``repr`` floats); TTL ``run_ttl_s``
@@ -39,6 +40,9 @@ the pending mark, hands the lease to a **new token and a new fence**
 (docs/algorithm/consolidation.md §3.12.2) and returns the
 re-run's :class:`Lease` (its ``io`` is the pending io). The old token stops matching, so a repeated
 ``finish`` with the old lease returns ``None``: the pending io is handed out exactly once.
+A refine that waits (:meth:`Coordinator.try_begin_refine`, docs/runtime/refine.md#run) goes
+ahead of a pending turn: ``finish`` (and ``begin_pending``) hand the lease to it and clear the pending
+io, which the refine run covers.
 
 **How a lost lease is detected.** A lease is lost exactly when ``rsi:{agent}:lease`` no longer holds
 the Lease's token: it expired because nobody renewed it within ``lease_s`` (by the Redis server's
@@ -92,6 +96,7 @@ __all__ = [
     "fence_key",
     "lease_key",
     "pending_key",
+    "pending_refine_key",
     "rate_key",
     "slots_key",
     "spend_key",
@@ -112,6 +117,11 @@ def lease_key(agent: str) -> str:
 def pending_key(agent: str) -> str:
     """``rsi:{agent}:pending`` — io id of the newest turn that finished during a run."""
     return f"rsi:{agent}:pending"
+
+
+def pending_refine_key(agent: str) -> str:
+    """``rsi:{agent}:pending_refine`` — io of the refine run waiting for the lease."""
+    return f"rsi:{agent}:pending_refine"
 
 
 def fence_key(agent: str) -> str:
@@ -202,6 +212,16 @@ redis.call('SET', KEYS[2], ARGV[2])
 return 0
 """
 
+# KEYS: lease, pending, fence, pending_refine. ARGV: token, io, lease_ms. -> fence, or 0 (refine waits).
+_TRY_BEGIN_REFINE = _NEXT_FENCE + """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3]) then
+  redis.call('DEL', KEYS[2])
+  return next_fence(KEYS[3])
+end
+redis.call('SET', KEYS[4], ARGV[2])
+return 0
+"""
+
 # KEYS: lease. ARGV: token, lease_ms. -> 1 renewed, 0 lost.
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -211,10 +231,16 @@ end
 return 0
 """
 
-# KEYS: lease, pending, fence. ARGV: token, new_token, lease_ms.
-# -> {-1} lost, {0} released, {1, io, fence} handed to the re-run.
+# KEYS: lease, pending, fence, pending_refine. ARGV: token, new_token, lease_ms.
+# -> {-1} lost, {0} released, {1, io, fence} handed to the re-run (a waiting refine first).
 _FINISH = _NEXT_FENCE + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
+local rf = redis.call('GET', KEYS[4])
+if rf then
+  redis.call('DEL', KEYS[4], KEYS[2])
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return {1, rf, next_fence(KEYS[3])}
+end
 local io = redis.call('GET', KEYS[2])
 if not io then
   redis.call('DEL', KEYS[1])
@@ -225,12 +251,12 @@ redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return {1, io, next_fence(KEYS[3])}
 """
 
-# KEYS: lease, pending, fence. ARGV: token, lease_ms. -> {0} nothing, {1, io, fence} begun.
+# KEYS: lease, pending, fence, pending_refine. ARGV: token, lease_ms. -> {0} nothing, {1, io, fence} begun.
 _BEGIN_PENDING = _NEXT_FENCE + """
-local io = redis.call('GET', KEYS[2])
+local io = redis.call('GET', KEYS[4]) or redis.call('GET', KEYS[2])
 if not io then return {0} end
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {0} end
-redis.call('DEL', KEYS[2])
+redis.call('DEL', KEYS[2], KEYS[4])
 return {1, io, next_fence(KEYS[3])}
 """
 
@@ -392,6 +418,7 @@ class Coordinator:
         self._spend_add = client.register_script(_SPEND_ADD)
         self._finish = client.register_script(_FINISH)
         self._begin_pending = client.register_script(_BEGIN_PENDING)
+        self._try_begin_refine = client.register_script(_TRY_BEGIN_REFINE)
         self._delete_if = client.register_script(_DELETE_IF)
         self._init_bounds = client.register_script(_INIT_BOUNDS)
         self._report = client.register_script(_REPORT)
@@ -408,6 +435,14 @@ class Coordinator:
         """
         token = secrets.token_hex(16)
         fence = int(self._try_begin(keys=self._agent_keys(agent), args=[token, io, self.lease_ms]))
+        return Lease(agent, token, fence, io) if fence else None
+
+    def try_begin_refine(self, agent: str, io: str) -> Lease | None:
+        """Take the agent's lease for the refine run ``io`` (``refine:<request id>``), or make it
+        wait in ``rsi:{agent}:pending_refine`` (one waiting refine; a newer request replaces it), where
+        :meth:`finish` hands the lease to it ahead of a pending turn."""
+        token = secrets.token_hex(16)
+        fence = int(self._try_begin_refine(keys=self._agent_keys(agent), args=[token, io, self.lease_ms]))
         return Lease(agent, token, fence, io) if fence else None
 
     def renew(self, lease: Lease) -> bool:
@@ -596,7 +631,7 @@ class Coordinator:
 
     @staticmethod
     def _agent_keys(agent: str) -> list[str]:
-        return [lease_key(agent), pending_key(agent), fence_key(agent)]
+        return [lease_key(agent), pending_key(agent), fence_key(agent), pending_refine_key(agent)]
 
     @staticmethod
     def _lease_reply(agent: str, token: str, reply: Sequence[Any]) -> Lease | None:

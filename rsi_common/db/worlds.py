@@ -227,13 +227,17 @@ def load_latest_heads(
 
     With ``signals_text`` the ``signals`` column comes back as its stored JSON text, undecoded, so
     the caller can decode each row on its own and skip a bad one (:mod:`rsi_common.stored`).
+
+    Tainted worlds (``rsi_worlds.tainted``) are left out: they never enter W, the proposer's views,
+    the critic's patterns or the pairing (docs/runtime/refine.md#taint).
     """
     cols: list[Any] = list(WORLD_HEAD_COLUMNS)
     if signals_text:
         cols = [c for c in cols if c.key != "signals"] + [sa.cast(WorldRow.signals, sa.Text).label("signals")]
     return list(
         session.execute(
-            sa.select(*cols).where(WorldRow.agent_id == agent_id).order_by(*_LATEST).limit(max(0, n))
+            sa.select(*cols).where(WorldRow.agent_id == agent_id, WorldRow.tainted.is_(False))
+            .order_by(*_LATEST).limit(max(0, n))
         )
     )
 

@@ -10,7 +10,7 @@ through the ``wake`` given (the inline driver).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -24,6 +24,16 @@ from rsi_common.errors import InvalidInput
 from rsi_common.runtime.caps import CAP_FIELDS, resolve_caps
 from rsi_common.runtime.host_goals import GoalsHostMixin
 from rsi_common.runtime.messages import Sender, send, wake_after_commit
+from rsi_common.runtime.refine import (
+    RefineRequest,
+    Scheduled,
+    agent_refine,
+    audit,
+    check_request,
+    revoke,
+    schedule_refine,
+    taint,
+)
 from rsi_common.runtime.spend import agent_totals, db_day, tree_totals
 from rsi_common.runtime.subagents import after_settle, cancel, delete_agent, item
 from rsi_common.runtime.tree import AgentProfile, descendants, get_runtime, register, set_lifecycle
@@ -176,3 +186,42 @@ class RuntimeClient(GoalsHostMixin):
                 raise InvalidInput(f"caps are set on a root; {root!r} is a child of {row.parent_id!r}")
             row.caps = dict(caps) if caps else None
             return {"root": root, "caps": row.caps, "keys": list(CAP_FIELDS)}
+
+    # --- refinement (docs/runtime/refine.md) ----------------------------------------------------
+
+    def refine(self, agent: str, focus: str = "", criteria: Sequence[str] = (),
+               requested_by: str = "operator") -> dict[str, Any]:
+        """Request a refine run of ``agent``: ``{scheduled, reason, request}``. At most 5 criteria of
+        at most 500 characters; ``InvalidInput`` names the field and nothing is stored."""
+        request = check_request(focus, criteria, requested_by)
+        out = schedule_refine(self.sessions, self.client.coord, self.client.dispatcher, agent, request,
+                              actor=self.actor)
+        return out.to_json()
+
+    def refine_request(self, agent: str, focus: str) -> dict[str, Any]:
+        """The agent's own ``refine_request(focus)`` (profile ``refine``, once per
+        ``REFINE_COOLDOWN_S``; never criteria): ``{scheduled, reason}``."""
+        def start(request: RefineRequest) -> Scheduled:
+            return schedule_refine(self.sessions, self.client.coord, self.client.dispatcher, agent, request,
+                                   actor=agent)
+        return agent_refine(self.sessions, self.client.redis, self.params.refine_cooldown_s, start, agent,
+                            focus).to_json()
+
+    def taint(self, agent: str, io: str, reason: str) -> dict[str, Any]:
+        """Taint the world of ``agent``'s turn ``io``: it never enters a round again."""
+        with self.sessions.begin() as s:
+            return {"agent": agent, "io": io, "tainted": taint(s, agent, io, reason, actor=self.actor)}
+
+    def revoke(self, agent: str, version: str, reason: str, taint_evidence: bool = False) -> dict[str, Any]:
+        """Revoke ``version``; a current version rolls back to its parent (a run in flight ends
+        ``kept``); ``taint_evidence`` taints the adopting run's worlds."""
+        with self.sessions.begin() as s:
+            out = revoke(s, agent, version, reason, taint_evidence=taint_evidence, actor=self.actor)
+        if out["rolled_back_to"] is not None:
+            self.client._changed(agent)
+        return out
+
+    def audit(self, agent: str) -> list[dict[str, Any]]:
+        """Per version: origin, requester, focus, run, S★, δ, ΔS, ΔC, diff, evidence, revocation."""
+        with self.sessions() as s:
+            return audit(s, agent)

@@ -25,6 +25,7 @@ from rsi_common.runtime.budget import Budget
 from rsi_common.runtime.caps import Caps
 from rsi_common.runtime.goals import goal_tools
 from rsi_common.runtime.messages import Mailbox, Sender, claim, render, send
+from rsi_common.runtime.refine_tool import refine_tools
 from rsi_common.runtime.subagents import (
     SETTLED,
     RuntimeRefusal,
@@ -75,6 +76,10 @@ class ToolContext:
     budget_left: Callable[[], dict[str, Any]] = lambda: {}
     check_factory: str | None = None
     """``RSI_CHECK_FACTORY`` (the goal's check runs in ``goal_complete``)."""
+    refine: bool = False
+    """The profile allows ``refine_request`` (:mod:`~rsi_common.runtime.refine_tool`)."""
+    refines: list[Any] = field(default_factory=list)
+    """Refine requests this slice accepted (started after its commit)."""
 
 
 _S = {"type": "string"}
@@ -202,6 +207,7 @@ def runtime_tools(ctx: ToolContext) -> list[ToolDef]:
                     executor=guarded(do_receive)),
         ]
     tools += goal_tools(ctx.factory, ctx.agent, ctx.session, ctx.check_factory)
+    tools += refine_tools(ctx)
     tools.append(ToolDef("budget_get", "What remains of today's budget.", family=FAMILY, read_only=True,
                          executor=lambda _args: _json(ctx.budget_left())))
     tools += toolset_tools(ctx.grant)  # the profile's toolset, at_most_once calls journaled

@@ -6,6 +6,8 @@ it (``AgentProfile.tools``). A :class:`Toolset` holds the tools (with their exec
 ``forbidden_terms`` (the privilege screen's PV3) and the names of its ``at_most_once`` tools, which
 are journaled before they run (:mod:`rsi_common.runtime.effects`). Toolsets are registered in the
 process (:func:`register_toolset`); a worker registers its own before serving queue ``agents``.
+The built-in ``sim`` toolset has no tools and forbids the admin and console channels its exploit
+scenarios use (docs/runtime/refine.md#privilege-screen, decision D31).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from rsi_common.errors import InvalidInput
 from rsi_common.kernel.types import ToolDef
 from rsi_common.runtime import effects
 
-__all__ = ["Toolset", "get_toolset", "register_toolset", "toolset_tools"]
+__all__ = ["Toolset", "forbidden_terms", "get_toolset", "register_toolset", "toolset_tools"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,7 @@ class Toolset:
 
 
 _LOCK = threading.Lock()
-_TOOLSETS: dict[str, Toolset] = {"sim": Toolset()}
+_TOOLSETS: dict[str, Toolset] = {"sim": Toolset(forbidden_terms=("rcon", "admin_console"))}
 
 
 def register_toolset(name: str, toolset: Toolset) -> None:
@@ -52,6 +54,11 @@ def get_toolset(name: str) -> Toolset:
     """Toolset ``name``; an unknown name is the empty toolset (its agents get runtime tools only)."""
     with _LOCK:
         return _TOOLSETS.get(name, Toolset())
+
+
+def forbidden_terms(toolset: str) -> tuple[str, ...]:
+    """The terms no refinement may add under ``toolset`` (PV3; ``()`` for an unknown toolset)."""
+    return get_toolset(toolset).forbidden_terms
 
 
 def toolset_tools(grant: tuple[str, ...]) -> list[ToolDef]:

@@ -50,6 +50,7 @@ from rsi_common.runtime.caps import Caps, resolve_caps
 from rsi_common.runtime.goals import commit_goal, goal_notes
 from rsi_common.runtime.messages import claim, consume, hops_of, render, wake_after_commit
 from rsi_common.runtime.prices import Price, price_of, usd_of
+from rsi_common.runtime.refine_tool import start_refines
 from rsi_common.runtime.spend import Charge, charge, db_day, turn_key
 from rsi_common.runtime.subagents import SpecEntry, after_settle, settle
 from rsi_common.runtime.tools import ToolContext, runtime_tools, wait_result
@@ -328,6 +329,7 @@ def _granted_turn(env: TurnEnv, sl: _Slice, resume: bool) -> TurnOutcome:
                       bool(rt.profile.get("messages", True)))
     ctx.budget_left = lambda: _budget_left(env, sl)
     ctx.check_factory = env.client.settings.check_factory
+    ctx.refine = bool(rt.profile.get("refine", False))
     result = _stored_or_run(env, sl, turn_input, ctx, own_spec)
     if result.world is not None:
         world = finalize_world({**result.world, "runtime": {
@@ -453,6 +455,7 @@ def _commit(env: TurnEnv, sl: _Slice, result: TurnResult, consumed_ids: list[str
                 env.wake(child.child_agent, h)
     for box in wake_after_commit(redis, ctx.mailboxes):
         env.wake(box.agent, box.session)
+    start_refines(env.client, sl.agent, ctx.refines)
     if more and not yielded:
         env.wake(sl.agent, sl.session)
     return TurnOutcome("ran", sl.io, result.status, result.answer)

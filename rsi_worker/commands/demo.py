@@ -141,8 +141,17 @@ def demo(
     ),
     serve: bool = typer.Option(False, "--serve", help="Then leave the web console up on the demo's data."),
     port: int = typer.Option(8080, "--port", min=0, max=65535, help="Console port with --serve (0: any)."),
+    runtime: bool = typer.Option(False, "--runtime", help="The agent runtime demo instead: delegation, "
+                                 "messages, a refine adopted through the gate, a refused exploit."),
 ) -> None:
     """Run the one-command demo (embedded mode, sim model, no keys)."""
+    if runtime:
+        from rsi_worker.jobs.runtime_demo import run_runtime_demo
+
+        steps = run_runtime_demo(Path(home) / "runtime", lambda line: Console().print(line, highlight=False))
+        if not all(s.ok for s in steps):
+            raise typer.Exit(1)
+        return
     from rsi_worker.local.embedded import IN_PROCESS_NOTICE, EmbeddedCluster
 
     console = Console()

@@ -240,6 +240,10 @@ class RoundContext:
     """Every scored world counts as fresh in this run (``open_run(force=True)``)."""
     skipped_worlds: dict[str, str] = field(default_factory=dict)
     """Stored rows the run left out, world id → reason (``WorldPool``; reported in the result)."""
+    refine: dict[str, Any] = field(default_factory=dict)
+    """A refine run's request ``{id, focus, criteria, requested_by}`` (docs/runtime/refine.md#run);
+    ``{}`` for every other run. Optional in the format: written only when set (older contexts and
+    ordinary runs keep their bytes)."""
 
     SCHEMA: ClassVar[str] = CONTEXT_SCHEMA
     """The format version :meth:`to_json` writes."""
@@ -250,6 +254,8 @@ class RoundContext:
         for name in _READERS:
             value = getattr(self, name)
             out[name] = value.to_json() if name == "round" else value
+        if self.refine:
+            out["refine"] = dict(self.refine)
         return out
 
     @classmethod
@@ -261,12 +267,14 @@ class RoundContext:
                 of the wrong type.
         """
         data = migrate_context(d)
-        f.closed("params", data, ("schema", *_READERS))
+        f.closed("params", data, ("schema", *_READERS, "refine"))
         values = {}
         for name, read in _READERS.items():
             if name not in data:
                 raise StoredDataError(f"params: missing key {name!r}")
             values[name] = read(f.sub("params", name), data[name])
+        if "refine" in data:
+            values["refine"] = dict(f.json_object("params.refine", data["refine"]))
         return cls(**values)
 
 

@@ -56,6 +56,7 @@ from rsi_common.kinds import K_ENABLED_PRODUCTION
 from rsi_common.llm import ModelClient, ModelRequest, ModelResponse
 from rsi_common.math import Exploration, PruneTarget
 from rsi_common.world import TurnWorld
+from rsi_worker.consolidate.screen_inputs import ScreenInputs
 from rsi_worker.gate import GateRound, build_round, critic_patterns, screen
 from rsi_worker.roles.analyst import View
 from rsi_worker.roles.critic import Review, model_review, recent_user_messages
@@ -106,6 +107,9 @@ class DraftContext:
     views: Sequence[View] = ()
     worlds: Sequence[TurnWorld] = ()
     registry: Mapping[str, type] | None = None
+    screen: ScreenInputs = field(default_factory=ScreenInputs)
+    """The agent's grant, forbidden terms, revoked versions and a refine's focus
+    (:mod:`~rsi_worker.consolidate.screen_inputs`); stored only when not the default."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON of the context (schema ``rsi-draft-context/1``); views refer to worlds by id.
@@ -126,6 +130,7 @@ class DraftContext:
                        "verdicts": copy.deepcopy([dict(x) for x in v.verdicts])} for v in self.views],
             "worlds": [{"id": w.id, "data": copy.deepcopy(w.data), "signals": copy.deepcopy(w.signals),
                         "interaction_id": w.interaction_id, "seq": w.seq} for w in self.worlds],
+            **({"screen": self.screen.to_json()} if self.screen != ScreenInputs() else {}),
         }
 
     @classmethod
@@ -156,7 +161,7 @@ class DraftContext:
             reserved=frozenset(int(i) for i in d.get("reserved") or ()),
             prune=tuple(PruneTarget.from_json(p) for p in d.get("prune") or ()),
             enabled=tuple(d.get("enabled") or K_ENABLED_PRODUCTION), views=tuple(views), worlds=tuple(worlds),
-            registry=registry,
+            registry=registry, screen=ScreenInputs.from_json(d.get("screen")),
         )
 
 
@@ -246,6 +251,8 @@ class _Drafter:
 
     def propose(self, repair: Mapping[str, Any] | None = None) -> Proposal:
         user = proposer_user(self.ctx, self.variant, self.index, repair)
+        if self.ctx.screen.focus:  # a refine's direction, never a criterion (docs/runtime/refine.md)
+            user = f"{self.ctx.screen.focus}\n\n{user}"
         return propose(self.proposer, self.ws, self.setup, system=self.system, user=user,
                        repair=repair is not None)
 
@@ -255,7 +262,8 @@ class _Drafter:
         return build_round(ctx.incumbent, ctx.worlds, views=ctx.views, analysis=ctx.analysis,
                            patterns=critic_patterns(ctx.worlds), ceilings=ctx.params.ceilings,
                            trusted=[cacheable_prefix()],
-                           max_instruction_chars=ctx.params.max_instruction_chars)
+                           max_instruction_chars=ctx.params.max_instruction_chars,
+                           screen=ctx.screen)
 
     def reserved_check(self, edits: Sequence[Mapping[str, Any]]) -> Review | None:
         """The reserved-slot rule that turns an accepted verdict into a reject (step 3), or None."""

@@ -17,6 +17,8 @@ from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, loa
 from rsi_worker.consolidate.draft import Draft, DraftContext, draft_candidate
 from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, bound_total, plan_candidate
 from rsi_worker.consolidate.incumbent import views_of
+from rsi_worker.consolidate.refining import focus_line
+from rsi_worker.consolidate.screen_inputs import screen_inputs
 from rsi_worker.consolidate.spend import charge, over_cap, usage_tokens
 from rsi_worker.consolidate.state import ConsolidationState
 from rsi_worker.consolidate.trials import row_json
@@ -30,6 +32,7 @@ def _draft_context(deps: Deps, ctx: RoundContext) -> DraftContext:
         rows = [row_json(r) for r in replay_rows(session, ctx.run_id, INCUMBENT)]
         loaded = load_worlds(session, list(dict.fromkeys([*ctx.loaded, *ctx.worlds])), ctx.agent_id)
         incumbent = load_harness(session, ctx.agent_id, ctx.start_version)
+        screen = screen_inputs(session, ctx.agent_id, focus_line(ctx.refine))
         session.commit()  # end the read transaction (keeps loaded rows usable)
     _, inc_ev = ctx.round.measured()
     rnd = ctx.round.set_up()
@@ -54,6 +57,7 @@ def _draft_context(deps: Deps, ctx: RoundContext) -> DraftContext:
         enabled=rnd.enabled,
         views=views_of(ctx, loaded, rows, inc_ev),
         worlds=list(loaded.values()),
+        screen=screen,
     )
 
 

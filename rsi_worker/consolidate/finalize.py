@@ -34,6 +34,7 @@ from rsi_worker.consolidate.join import JoinStep
 from rsi_worker.consolidate.result import ConsolidationResult, Status, merge_usage
 from rsi_worker.consolidate.spend import spend_summary
 from rsi_worker.consolidate.state import ConsolidationState, prune_cache, remember, trim_records
+from rsi_worker.consolidate.tree_spend import charge_run
 from rsi_worker.consolidate.trials import row_json
 
 __all__ = [
@@ -155,6 +156,7 @@ def finalize(
             adoption=adoption,
             error=result.error,
         )
+        charge_run(session, ctx.agent_id, ctx.run_id, int(result.spend.get("tokens") or 0))  # run:{run}
         session.commit()
     if written.outcome == "kept":
         result.status, result.reason = "kept", str(written.run.reason)

@@ -46,8 +46,10 @@ from rsi_worker.consolidate.inputs import record_inputs
 from rsi_worker.consolidate.judging import judge_round
 from rsi_worker.consolidate.opening import KIND_CONSOLIDATE, open_row, open_step
 from rsi_worker.consolidate.outcome import Next, final
+from rsi_worker.consolidate.refining import is_refine_io
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.spend import over_cap
+from rsi_worker.consolidate.tree_spend import tree_exhausted
 from rsi_worker.consolidate.trials import run_trial as trial_body
 
 __all__ = [
@@ -71,6 +73,7 @@ __all__ = [
     "run_step",
     "run_trial",
     "spend_stop",
+    "tree_stop",
 ]
 
 log = logging.getLogger(__name__)
@@ -136,12 +139,19 @@ def spend_stop(deps: Deps, ctx: RoundContext, t0: float) -> Next | None:
     """A ``skipped`` result when a spend cap is reached (docs/consolidation/spend.md), else None."""
     spend = over_cap(deps, ctx.agent_id)
     if spend is None:
-        return None
+        return tree_stop(deps, ctx, t0)  # a registered agent's tree caps (docs/runtime/refine.md)
     when = "before the run" if ctx.phase == "open" else "mid-run"
     nxt = final(ctx, "skipped", f"spend cap reached {when}: {spend.reason()}", t0)
     assert nxt.result is not None
     nxt.result.spend = {"capped": True, **spend.to_json()}
     return nxt
+
+
+def tree_stop(deps: Deps, ctx: RoundContext, t0: float) -> Next | None:
+    """A ``skipped`` result ("tree budget exhausted") when the agent's runtime tree is at its cap."""
+    with deps.sessions() as session:
+        reason = tree_exhausted(session, deps.settings.runtime, ctx.agent_id)
+    return None if reason is None else final(ctx, "skipped", reason, t0)
 
 
 def _guarded(deps: Deps, step: Step, ctx: RoundContext) -> Next:
@@ -165,7 +175,8 @@ def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
         LeaseLost: the lease was not held any more.
         InvalidInput: ``kind`` is empty or too long (nothing is written).
     """
-    decided = quiet.decide(deps, lease, force=force, kind=kind)  # nothing to learn: one read
+    refining = is_refine_io(lease.io)  # a refine never takes the quiet path (docs/runtime/refine.md)
+    decided = None if refining else quiet.decide(deps, lease, force=force, kind=kind)  # one read
     if decided is not None:
         return decided
     ctx, running = open_row(deps, lease, force=force, kind=kind)

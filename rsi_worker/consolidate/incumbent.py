@@ -23,6 +23,7 @@ from rsi_common.math.calibrate import calibrate
 from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, load_worlds
 from rsi_worker.consolidate.evaluate import INCUMBENT, assemble
 from rsi_worker.consolidate.outcome import Next
+from rsi_worker.consolidate.refining import focus_line
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.round import IncumbentBrief, Round, RoundParams
 from rsi_worker.consolidate.spend import charge, usage_tokens
@@ -172,7 +173,8 @@ def after_incumbent(deps: Deps, ctx: RoundContext) -> Next:
     params = round_parameters(ctx, state, inc_ev, incumbent.manifest.enabled_kinds, deps, failing)
     ctx.round = Round(IncumbentBrief.of(inc_ev, rows), inc_ev, params)
     analyst = deps.role(ctx, "analyst")
-    ctx.analysis = analyze(analyst, views_of(ctx, worlds, rows, inc_ev), state.analysis)
+    ctx.analysis = analyze(analyst, views_of(ctx, worlds, rows, inc_ev), state.analysis,
+                           focus=focus_line(ctx.refine))
     ctx.usage["analyst"] = analyst.usage()
     charge(deps, ctx.agent_id, usage_tokens({"analyst": ctx.usage["analyst"]}))
     ctx.phase = "drafting"

@@ -26,6 +26,7 @@ from rsi_common.harness import H0_VERSION
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.evaluate import plan_incumbent
 from rsi_worker.consolidate.outcome import Next, final
+from rsi_worker.consolidate.refining import operator_checks, refine_of, run_kind
 from rsi_worker.consolidate.regression import add_lessons
 from rsi_worker.consolidate.signals import checks_for, negative, unread_pairs
 from rsi_worker.consolidate.spend import charge, usage_tokens
@@ -131,11 +132,12 @@ def open_row(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
 def _open_row(
     deps: Deps, session: Session, lease: Lease, *, force: bool, kind: str
 ) -> tuple[RoundContext, bool]:
+    kind = run_kind(lease.io, kind)  # a refine's lease names its request (docs/runtime/refine.md)
     run = start_run(session, lease.agent, fence=lease.fence, io_id=lease.io, kind=kind,
                     retention=deps.settings.run_retention)
     ctx = RoundContext(run_id=run.id, agent_id=lease.agent, fence=lease.fence, token=lease.token,
                        io_id=lease.io, start_version=run.start_version, early_stop=deps.params.early_stop,
-                       force=bool(force))
+                       force=bool(force), refine=refine_of(session, lease.agent, lease.io))
     running = run.status == "running"
     if running and run.params is None:
         set_run_params(session, run.id, ctx.to_json())
@@ -193,11 +195,16 @@ def _decide(
     """Steps 4–7."""
     params = deps.params
     worlds, fresh = _survey(ctx, state, pool)
-    quiet = _nothing_to_learn(ctx, worlds, fresh, t0)
+    refine = ctx.refine
+    if refine.get("missing"):
+        return final(ctx, "recorded", "the refine request is not stored", t0)
+    quiet = None if refine else _nothing_to_learn(ctx, worlds, fresh, t0)
     if quiet is not None:
         ctx.skipped_worlds = dict(pool.skipped)
         return quiet
     checks = {w.id: _checks(w) for w in worlds if w.replayable}
+    for wid, extra in operator_checks(refine, worlds, params.n_eval).items():  # a refine's criteria
+        checks[wid] = [*checks.get(wid, []), *extra]
     worlds = pool.usable()  # records read for the checks that turned out bad drop their world
     ctx.skipped_worlds = dict(pool.skipped)
     ctx.loaded = [w.id for w in worlds]
@@ -206,7 +213,7 @@ def _decide(
     if not scored:
         return final(ctx, "recorded", "no turn has a signal to learn from yet", t0)
     fresh_scored = [w for w in scored if w.id in fresh]
-    if not any(negative(w.signals) for w in fresh_scored):
+    if not refine and not any(negative(w.signals) for w in fresh_scored):
         reason = (
             "no new correction or problem to fix"
             if not fresh_scored

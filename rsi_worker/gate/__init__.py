@@ -56,6 +56,7 @@ def build_round(
     ceilings: Mapping[str, float] | None = None,
     trusted: Iterable[str] = (),
     max_instruction_chars: int = 4000,
+    screen: Any = None,
 ) -> GateRound:
     """The :class:`GateRound` of one round.
 
@@ -69,7 +70,13 @@ def build_round(
         ceilings: the configured ceilings (``ConsolidationParams.ceilings``).
         trusted: more trusted text (e.g. the constitution).
         max_instruction_chars: the growth budget.
+        screen: the agent's privilege inputs (``granted_tools``, ``forbidden_terms``,
+            ``revoked_lines``, ``revoked_versions`` attributes; docs/runtime/refine.md#privilege-screen).
     """
     vocabulary = [*workspace_of(incumbent).values(), *_report_texts(analysis or {}), *trusted]
     index = UntrustedIndex(untrusted_texts(worlds, views), trusted=vocabulary)
-    return GateRound(incumbent, index, patterns, dict(ceilings or {}), max_instruction_chars)
+    if screen is None:
+        return GateRound(incumbent, index, patterns, dict(ceilings or {}), max_instruction_chars)
+    return GateRound(incumbent, index, patterns, dict(ceilings or {}), max_instruction_chars,
+                     forbidden_terms=tuple(screen.forbidden_terms), revoked_lines=tuple(screen.revoked_lines),
+                     revoked_versions=tuple(screen.revoked_versions), granted_tools=screen.granted_tools)

@@ -9,8 +9,12 @@ In order (the first failing stage names the rejection; its reasons are all repor
    :func:`rsi_common.harness.touched`), no platform field changed, no listed file missing.
 2. ``surface`` — not a no-op, no duplicated instruction, within the growth budget
    (:mod:`~rsi_worker.gate.surface`); a no-op ends the screen at once.
-3. ``privilege`` — :func:`~rsi_worker.gate.privileges.privilege_violations` and the runtime's PV3/PV4
-   (:func:`~rsi_worker.gate.exploits.exploit_reasons`).
+3. ``privilege`` — :func:`~rsi_worker.gate.privileges.privilege_violations`, the runtime's PV1
+   (:func:`~rsi_worker.gate.grants.granted_tools_violations`) and PV3/PV4
+   (:func:`~rsi_worker.gate.exploits.exploit_reasons`). PV2 (a component whose ``<id>.enabled`` is
+   locked disabled or removed, :func:`~rsi_worker.gate.grants.locked_disable_violations`) is read
+   from the raw manifest before stage 1, so it names the rejection even when the candidate would
+   not load.
 4. ``precheck`` — the pattern precheck over the diff's added lines (credentials, platform setting
    names, evaluation artefacts, recorded world ids, expected-answer lines; :mod:`~rsi_worker.gate.precheck`).
 5. ``untrusted`` — over the added texts (:func:`~rsi_worker.gate.added.added_texts`): instruction
@@ -31,6 +35,7 @@ from rsi_common.errors import ManifestError
 from rsi_common.harness import Harness, diff_trees, harness_from_workspace, touched, workspace_of
 from rsi_worker.gate.added import Added, added_texts
 from rsi_worker.gate.exploits import exploit_reasons
+from rsi_worker.gate.grants import granted_tools_violations, locked_disable_violations
 from rsi_worker.gate.overrides import override_forms
 from rsi_worker.gate.precheck import Pattern, precheck
 from rsi_worker.gate.privileges import privilege_violations
@@ -72,6 +77,10 @@ class GateRound:
     """The agent's toolset's ``forbidden_terms`` (PV3, docs/runtime/refine.md#privilege-screen)."""
     revoked_lines: Sequence[str] = ()
     """Lines added by revoked versions of the agent (PV4)."""
+    revoked_versions: Sequence[str] = ()
+    """Revoked versions of the agent: a candidate equal to one is PV4."""
+    granted_tools: Sequence[str] | None = None
+    """The agent's tool grant (PV1); ``None``: only the incumbent's ``tools`` lists are allowed."""
 
 
 def _snippet(text: str) -> str:
@@ -106,6 +115,9 @@ def _untrusted(rnd: GateRound, texts: list[Added]) -> Iterable[str]:
 
 def screen(rnd: GateRound, ws: Mapping[str, str]) -> Screened | None:
     """Screen the candidate workspace ``ws``; ``None`` = every deterministic check passed."""
+    locked_off = locked_disable_violations(rnd.incumbent, ws)
+    if locked_off:
+        return Screened("privilege", locked_off)
     try:
         ts = touched(rnd.incumbent, ws)
         cand = harness_from_workspace(ws)
@@ -120,7 +132,10 @@ def screen(rnd: GateRound, ws: Mapping[str, str]) -> Screened | None:
     stages = (
         ("surface", found),
         ("privilege", privilege_violations(rnd.incumbent, cand, rnd.ceilings)
-         + exploit_reasons(added, rnd.forbidden_terms, rnd.revoked_lines)),
+         + granted_tools_violations(rnd.incumbent, ws, rnd.granted_tools)
+         + exploit_reasons(added, rnd.forbidden_terms, rnd.revoked_lines)
+         + ([f"privilege: PV4 the candidate is the revoked version {cand.version}"]
+            if cand.version in rnd.revoked_versions else [])),
         ("precheck", precheck(diff_trees(workspace_of(rnd.incumbent), ws), rnd.patterns)),
         ("untrusted", list(dict.fromkeys(_untrusted(rnd, added)))),
     )

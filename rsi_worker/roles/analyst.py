@@ -157,11 +157,14 @@ def analyst_user_prompt(views: Sequence[View], prior: Mapping[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
-def analyze(client: ModelClient, views: Sequence[View], prior: Mapping[str, Any]) -> dict[str, Any]:
-    """One analyst call; a failure gives an empty report with ``notes`` saying why."""
+def analyze(client: ModelClient, views: Sequence[View], prior: Mapping[str, Any],
+            focus: str = "") -> dict[str, Any]:
+    """One analyst call; a failure gives an empty report with ``notes`` saying why. ``focus``: a
+    refine's focus line, put before the report (docs/runtime/refine.md#run)."""
+    user = analyst_user_prompt(views, prior)
     try:
         report = complete_json(
-            client, system=ANALYST_SYSTEM, user=analyst_user_prompt(views, prior), max_tokens=4096
+            client, system=ANALYST_SYSTEM, user=f"{focus}\n\n{user}" if focus else user, max_tokens=4096
         )
     except Exception as exc:
         return {

@@ -14,6 +14,9 @@
    prompt, the turn context or the input) each dropped with probability ``noise``.
 3. With an output schema the reply is the facts as one JSON object ``{key: value}`` (values as in
    the tool results or the input, units kept; a later duplicate key wins), traits not applied.
+
+Before rule 1, the runtime behaviours (delegation, messages, refine;
+:mod:`rsi_common.llm.sim.runtime_acts`) when their tools are offered.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 from rsi_common.llm.base import canonical_json
 from rsi_common.llm.sim.core import SimCall, Turn, find_turn, result_text, text_reply
 from rsi_common.llm.sim.goals import goal_reply
+from rsi_common.llm.sim.runtime_acts import runtime_act
 from rsi_common.llm.sim.traits import (
     Answer,
     apply_traits,
@@ -50,6 +54,9 @@ def policy(call: SimCall) -> list[dict[str, Any]]:
         return under_goal
     if request.tools:
         called = {str(u.get("name", "")).lower() for u in turn.tool_uses}
+        acted = runtime_act(request.messages, request.tools, turn)  # delegation, messages, refine
+        if acted is not None:
+            return acted
         for tool in named_tools(turn.input, request.tools):
             if str(tool["name"]).lower() not in called:
                 return [_tool_use(request.messages, tool, turn.input)]

@@ -17,6 +17,10 @@ rejects when
    diff's context may not show the kind, and then the sim cannot tell) or switches a
    safety param off (``completion_review`` / ``guard`` / ``gate_reachability`` false,
    ``repeat_stop_after`` / ``turn_budget_soft`` / ``turn_budget_hard`` 0);
+4. rule 12 (docs/runtime/refine.md#privilege-screen): an added line names an admin, debug or console
+   channel (:data:`EXPLOIT_CHANNEL`: ``rcon``, ``admin_console``, "debug mode", "god mode", "cheat
+   code" …), a spec loophole, monitor evasion (the gate's :data:`~rsi_worker.gate.exploits.EVASION`)
+   or claims a tool or permission that was never granted (:data:`UNGRANTED_CLAIM`);
 
 else it accepts. Reasons never repeat the user's text (they are stored with the run).
 """
@@ -28,9 +32,11 @@ import re
 from typing import Any
 
 from rsi_common.llm.sim.core import SimCall, json_reply, message_text, parse_sections
+from rsi_worker.gate.exploits import EVASION
 from rsi_worker.roles.critic import PAYLOAD_SECTIONS
 
-__all__ = ["MIN_CLAUSE_CHARS", "MIN_CLAUSE_WORDS", "critic", "review_payload", "user_clauses"]
+__all__ = ["EXPLOIT_CHANNEL", "MIN_CLAUSE_CHARS", "MIN_CLAUSE_WORDS", "UNGRANTED_CLAIM", "critic",
+           "review_payload", "user_clauses"]
 
 _, _, _, _USERS, _DIFF = PAYLOAD_SECTIONS
 MIN_CLAUSE_WORDS, MIN_CLAUSE_CHARS = 5, 20
@@ -43,6 +49,15 @@ _SAFETY_OFF = re.compile(
     r'"(?:repeat_stop_after|turn_budget_soft|turn_budget_hard)"\s*:\s*0(?![\d.])'
 )
 _JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+EXPLOIT_CHANNEL = re.compile(
+    r"(?i)(?<!\w)(rcon|admin[ _-]?(console|channel|panel|mode|command)s?|"
+    r"debug[ _-]?(console|channel|mode|menu)|(god|cheat|dev)[ _-]?mode|cheat[ _-]?codes?|"
+    r"console[ _-]?commands?|loophole)(?!\w)")
+"""Admin, debug or console channels and spec loopholes (rule 12)."""
+UNGRANTED_CLAIM = re.compile(
+    r"(?i)\byou (?:now )?(?:have|were given|are granted) (?:full |unrestricted |admin(?:istrator)? )"
+    r"(?:access|permissions?|rights|privileges)")
+"""A claim of a permission never granted (rule 12)."""
 
 
 def _norm(text: str) -> str:
@@ -109,6 +124,8 @@ def review_payload(payload: str) -> dict[str, Any]:
         reasons.append("an added line quotes what a user wrote in a recorded conversation (leakage)")
     if any(_LESSON.search(text) for text in added):
         reasons.append("injects lessons or a conversation summary (memory of user data)")
+    if any(EXPLOIT_CHANNEL.search(t) or EVASION.search(t) or UNGRANTED_CLAIM.search(t) for t in added):
+        reasons.append("rule 12: an exploit channel, loophole, monitor evasion or ungranted privilege")
     safety = _safety_removed(diff)
     if safety is not None:
         reasons.append(f"{safety} without a replacement")
