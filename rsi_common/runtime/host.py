@@ -22,6 +22,7 @@ from rsi_common.db.runtime_models import AgentRuntimeRow, MessageRow, SubagentRo
 from rsi_common.dispatch import QUEUE_AGENTS, TASK_AGENT_TURN
 from rsi_common.errors import InvalidInput
 from rsi_common.runtime.caps import CAP_FIELDS, resolve_caps
+from rsi_common.runtime.host_subagents import host_spawn, host_wait, set_spec
 from rsi_common.runtime.messages import Sender, send, wake_after_commit
 from rsi_common.runtime.spend import agent_totals, db_day, tree_totals
 from rsi_common.runtime.subagents import after_settle, cancel, delete_agent, item
@@ -151,6 +152,23 @@ class RuntimeClient:
         for agent, session in sorted(parents):
             self.wake(agent, session)
         return done
+
+    def spawn(self, parent: str, spec: str, input: str, name: str | None = None, session: str = "main",
+              request_id: str | None = None) -> dict[str, Any]:
+        """Spawn a child of ``parent`` from the host (R2.3 admission; a retry with the same
+        ``request_id`` returns the same handle): :func:`~rsi_common.runtime.host_subagents.host_spawn`."""
+        return host_spawn(self.sessions, self.params, self.wake, parent, spec, input, name=name,
+                          session=session, request_id=request_id)
+
+    def wait(self, handles: list[str], timeout_s: float | None = None, mode: str = "all") -> dict[str, Any]:
+        """Block until the handles settle or ``min(timeout_s, WAIT_CAP_S)`` passes; holds no slot:
+        :func:`~rsi_common.runtime.host_subagents.host_wait`."""
+        return host_wait(self.sessions, self.client.redis, self.params, handles, timeout_s, mode)
+
+    def set_subagent_spec(self, root: str, name: str, spec: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Add, replace or (``None``) remove one spec of ``root``'s catalog (D12):
+        :func:`~rsi_common.runtime.host_subagents.set_spec`."""
+        return set_spec(self.sessions, root, name, spec, actor=self.actor)
 
     # --- spend --------------------------------------------------------------------------------
 
