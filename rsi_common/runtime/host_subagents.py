@@ -26,11 +26,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from rsi_common.boundary import check_id
 from rsi_common.config import RuntimeParams
-from rsi_common.db.runtime_models import SubagentRow
+from rsi_common.db.runtime_models import AgentRuntimeRow, SubagentRow
 from rsi_common.errors import InvalidInput
 from rsi_common.runtime import keys
 from rsi_common.runtime.caps import resolve_caps
 from rsi_common.runtime.subagents import (
+    LIVE,
     MAX_INPUT_CHARS,
     SETTLED,
     SPEC_NAME,
@@ -93,8 +94,8 @@ def host_spawn(factory: sessionmaker[Session], params: RuntimeParams, wake: Call
         grant = tuple(str(t) for t in row.profile.get("tools", []))
         req = SpawnRequest(parent, session, f"host:{rid}", "spawn", spec, input, name)
         handle, created = spawn(s, params, resolve_caps(params, root.caps), req, catalog, grant)
-        out: dict[str, Any] = {"handle": handle.id, "name": handle.name, "spec": handle.spec, "agent": handle.child_agent,
-               "status": handle.status, "created": created}
+        out: dict[str, Any] = {"handle": handle.id, "name": handle.name, "spec": handle.spec,
+                               "agent": handle.child_agent, "status": handle.status, "created": created}
     if created:
         wake(out["agent"], out["handle"])
     return out
@@ -165,7 +166,8 @@ def set_spec(factory: sessionmaker[Session], root: str, name: str, spec: Mapping
 
     Raises:
         InvalidInput: a malformed name or spec (the field named), ``root`` is a child or deleted, or a
-            removal names a spec that does not exist.
+            removal names a spec that does not exist or that live handles still run (their children
+            would lose their instructions mid-task).
     """
     check_id(root, "root")
     if not isinstance(name, str) or not SPEC_NAME.match(name):
@@ -183,6 +185,12 @@ def set_spec(factory: sessionmaker[Session], root: str, name: str, spec: Mapping
         if spec is None:
             if name not in catalog:
                 raise InvalidInput(f"name: no spec {name!r} in the catalog")
+            live = s.execute(sa.select(sa.func.count()).select_from(SubagentRow).join(
+                AgentRuntimeRow, AgentRuntimeRow.agent_id == SubagentRow.child_agent).where(
+                AgentRuntimeRow.root_id == root, SubagentRow.spec == name,
+                SubagentRow.status.in_(LIVE))).scalar_one()
+            if live:
+                raise InvalidInput(f"name: spec {name!r} has {live} live handle(s); cancel them first")
             del catalog[name]
         else:
             grant = tuple(str(t) for t in profile.get("tools", []))

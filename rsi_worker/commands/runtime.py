@@ -8,7 +8,7 @@ keyword) and how its result is printed. Adding a method to the CLI is adding one
 Every value arrives as text and is parsed here, so a hostile value gets one line naming the field and
 exit code 2 (D41), never a traceback and never the value itself (a pasted secret is not echoed).
 The runtime's own refusals of well-formed input are exit code 2 as well; an agent or handle that does
-not exist is exit code 1, as for the other ``rsi`` commands. Every command takes ``--json``.
+not exist is exit code 1, as for the other ``rsi`` commands (D41). Every command takes ``--json``.
 """
 
 from __future__ import annotations
@@ -259,7 +259,8 @@ def _run(method: Method, values: dict[str, Any], as_json: bool) -> None:
         except UnknownAgentError as exc:
             fail(str(exc), code=EXIT_INPUT, as_json=as_json, kind=type(exc).__name__)
         except InvalidInput as exc:
-            fail(str(exc), code=EXIT_SETUP, as_json=as_json, kind=type(exc).__name__)
+            missing = str(exc).startswith("unknown_handle")
+            fail(str(exc), code=EXIT_INPUT if missing else EXIT_SETUP, as_json=as_json, kind=type(exc).__name__)
     if as_json:
         echo_json(out)
     else:

@@ -142,6 +142,9 @@ def test_set_subagent_spec_edits_the_roots_catalog(env: Any) -> None:
             rc.set_subagent_spec("P", name, bad)
     with pytest.raises(InvalidInput, match=r"^root: the catalog is set on a root"):
         rc.set_subagent_spec("P.writer", "x", spec)
+    with pytest.raises(InvalidInput, match=r"^name: spec 'writer' has 1 live handle"):
+        rc.set_subagent_spec("P", "writer", None)
+    rc.cancel(h["handle"])
     assert rc.set_subagent_spec("P", "writer", None)["catalog"] == ["researcher"]
     with pytest.raises(InvalidInput, match=r"^name: no spec 'writer'"):
         rc.set_subagent_spec("P", "writer", None)

@@ -110,4 +110,4 @@ def test_unknown_things_exit_1(env: dict[str, str]) -> None:
         result = rsi(env, *args)
         assert result.exit_code == 1 and "not registered" in result.output, result.output
     result = rsi(env, "poll", "sa_nothing")
-    assert result.exit_code == 2 and "unknown_handle" in result.output
+    assert result.exit_code == 1 and "unknown_handle" in result.output
