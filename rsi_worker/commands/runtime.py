@@ -259,8 +259,8 @@ def _run(method: Method, values: dict[str, Any], as_json: bool) -> None:
         except UnknownAgentError as exc:
             fail(str(exc), code=EXIT_INPUT, as_json=as_json, kind=type(exc).__name__)
         except InvalidInput as exc:
-            missing = str(exc).startswith("unknown_handle")
-            fail(str(exc), code=EXIT_INPUT if missing else EXIT_SETUP, as_json=as_json, kind=type(exc).__name__)
+            code = EXIT_INPUT if str(exc).startswith("unknown_handle") else EXIT_SETUP
+            fail(str(exc), code=code, as_json=as_json, kind=type(exc).__name__)
     if as_json:
         echo_json(out)
     else:
