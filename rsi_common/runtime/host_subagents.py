@@ -150,7 +150,8 @@ def host_wait(factory: sessionmaker[Session], redis: Any, params: RuntimeParams,
         left = deadline - time.monotonic()
         if met or left <= 0:
             return {"results": [item(r) for r in done], "pending": pending, "timed_out": not met}
-        popped = redis.blpop([keys.handle_done(h) for h in pending], timeout=min(left, WAIT_POLL_S))
+        block = max(0.01, min(left, WAIT_POLL_S))  # never 0: BLPOP's 0 blocks forever
+        popped = redis.blpop([keys.handle_done(h) for h in pending], timeout=block)
         if popped:  # put the mark back: other waiters of the same handle must see it too
             key = popped[0].decode() if isinstance(popped[0], bytes) else str(popped[0])
             redis.lpush(key, "1")
