@@ -93,6 +93,12 @@ def test_the_tree_page_shows_depths_statuses_and_spend_against_caps(
     assert cell("messages", "cap") == f"{spend['caps']['messages']:,}"
     path = shot(page, "console-runtime-tree")
     assert path.stat().st_size > 0
+    missing = page.goto(f"{live.url}/console/runtime/nobody")
+    assert missing is not None and missing.status == 404 and page.locator("#agent-tree").count() == 0
+    child = page.goto(f"{live.url}/console/runtime/lab.researcher")
+    assert child is not None and child.status == 200
+    assert page.locator("#agent-tree li.agent").count() == 1  # the child's subtree, the root's spend
+    assert cell("spawns", "spent") == "5"
 
 
 def test_a_tree_outside_the_tokens_prefix_is_refused(tree: tuple[Live, dict[str, str]],
