@@ -22,6 +22,7 @@ from rsi_common.db.runtime_models import AgentRuntimeRow, MessageRow, SubagentRo
 from rsi_common.dispatch import QUEUE_AGENTS, TASK_AGENT_TURN
 from rsi_common.errors import InvalidInput
 from rsi_common.runtime.caps import CAP_FIELDS, resolve_caps
+from rsi_common.runtime.host_checks import check_address, check_object, check_session, check_text_field
 from rsi_common.runtime.host_subagents import host_spawn, host_wait, set_spec
 from rsi_common.runtime.messages import Sender, send, wake_after_commit
 from rsi_common.runtime.spend import agent_totals, db_day, tree_totals
@@ -56,7 +57,9 @@ class RuntimeClient:
     def register(self, agent: str, profile: AgentProfile | Mapping[str, Any],
                  caps: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Register (or update) a root agent; ``caps`` override the daily caps of its tree."""
-        prof = profile if isinstance(profile, AgentProfile) else AgentProfile.from_json(profile)
+        check_object(caps, "caps", nullable=True)
+        prof = profile if isinstance(profile, AgentProfile) else AgentProfile.from_json(
+            check_object(profile, "profile"))
         resolve_caps(self.params, caps)  # refuses bad caps before anything is written
         with self.sessions.begin() as s:
             row = register(s, agent, prof, caps=caps, actor=self.actor)
@@ -64,10 +67,13 @@ class RuntimeClient:
 
     def start_turn(self, agent: str, text: str, session: str = "main") -> list[dict[str, Any]]:
         """Post ``text`` to ``agent``'s ``session`` as an operator message and wake its turn."""
+        check_session(session)
         return self.send(f"{agent}@{session}" if session != "main" else agent, text)
 
     def send(self, to: str, text: str) -> list[dict[str, Any]]:
         """An operator's or host's message to any agent (``<agent>`` or ``<agent>@<session>``)."""
+        check_address(to)
+        check_text_field(text, "text", self.params.msg_max_chars)
         with self.sessions.begin() as s:
             agent = to.partition("@")[0]
             root = get_runtime(s, agent).root_id
@@ -186,6 +192,7 @@ class RuntimeClient:
 
     def set_caps(self, root: str, caps: Mapping[str, Any] | None) -> dict[str, Any]:
         """Override the daily caps of ``root``'s tree (keys of ``CAP_FIELDS``; ``None`` clears)."""
+        check_object(caps, "caps", nullable=True)
         resolve_caps(self.params, caps)
         with self.sessions.begin() as s:
             row = get_runtime(s, root)

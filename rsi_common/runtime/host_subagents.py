@@ -30,6 +30,7 @@ from rsi_common.db.runtime_models import AgentRuntimeRow, SubagentRow
 from rsi_common.errors import InvalidInput
 from rsi_common.runtime import keys
 from rsi_common.runtime.caps import resolve_caps
+from rsi_common.runtime.host_checks import check_object, check_session, check_text_field
 from rsi_common.runtime.subagents import (
     LIVE,
     MAX_INPUT_CHARS,
@@ -49,7 +50,6 @@ MAX_WAIT_HANDLES = 64
 """Most handles one wait names."""
 WAIT_POLL_S = 5.0
 """Longest a host wait blocks on Redis before it re-reads SQL (a done mark lost to a flush)."""
-_SESSION_MAX = 128
 
 
 def _text(value: Any, field: str, max_chars: int) -> str:
@@ -78,10 +78,10 @@ def host_spawn(factory: sessionmaker[Session], params: RuntimeParams, wake: Call
     _text(spec, "spec", 32)
     if not SPEC_NAME.match(spec):
         raise InvalidInput("spec: must match ^[a-z][a-z0-9-]{0,31}$")
-    _text(input, "input", MAX_INPUT_CHARS)
+    check_text_field(input, "input", MAX_INPUT_CHARS)
     if name is not None and (not isinstance(name, str) or not SPEC_NAME.match(name)):
         raise InvalidInput("name: must match ^[a-z][a-z0-9-]{0,31}$")
-    check_id(session, "session", max_chars=_SESSION_MAX)
+    check_session(session)
     rid = secrets.token_hex(12) if request_id is None else check_id(request_id, "request_id", max_chars=64)
     with factory.begin() as s:
         row = get_runtime(s, parent)
@@ -175,6 +175,7 @@ def set_spec(factory: sessionmaker[Session], root: str, name: str, spec: Mapping
         raise InvalidInput("name: a spec name must match ^[a-z][a-z0-9-]{0,31}$")
     if spec is not None and not isinstance(spec, Mapping):
         raise InvalidInput("spec: must be an object {description, tools, max_iterations, instructions}")
+    check_object(spec, "spec", nullable=True)
     with factory.begin() as s:
         row = get_runtime(s, root, lock=True)
         if row.parent_id is not None:

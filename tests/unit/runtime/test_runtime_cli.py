@@ -93,7 +93,10 @@ def test_hostile_values_are_one_line_with_exit_code_2(env: dict[str, str], tmp_p
         (("spawn", "P", "researcher", "x" * 20_000), "input: at most 16,384"),
         (("spawn", "P", "researcher", "x", "--request-id", SECRET + " "), "request_id: not a valid id"),
         (("set_subagent_spec", "P", "Writer", "{}"), "name: a spec name must match"),
-        (("send", "P", "x" * 20_000), "too_large"),
+        (("send", "P", "x" * 20_000), "text: at most 16,384 characters"),
+        (("send", "P@../etc", "x"), "to: not a valid id"),
+        (("start_turn", "P", "\udcff"), "text: contains a lone surrogate"),
+        (("start_turn", "P", "x", "--session", "a b"), "session: not a valid id"),
     ]
     for args, message in cases:
         result = rsi(env, *args)

@@ -4,6 +4,7 @@ tree whose children ran inline shown with its spend."""
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -98,10 +99,20 @@ def test_hostile_bodies_are_problems_naming_the_field(api: Any) -> None:
         ("put", "/v1/runtime/agents/P/subagents/Bad", {"spec": None}, 422, "name:"),
         ("post", "/v1/runtime/messages", {"to": 5, "text": "x"}, 422, "to: must be"),
         ("get", "/v1/runtime/handles/sa_nothing", None, 404, "no such handle"),
+        ("post", "/v1/runtime/agents/P/turns", {"text": 5}, 422, "text: must be a string"),
+        ("post", "/v1/runtime/agents/P/turns", {"text": "x", "session": "../x"}, 422,
+         "session: not a valid id"),
+        ("post", "/v1/runtime/agents/Q", {"profile": {}, "caps": [1]}, 422,
+         "caps: must be an object or null"),
+        ("post", "/v1/runtime/messages", {"to": "P@", "text": "x"}, 422, "to: not a valid id"),
+        ("put", "/v1/runtime/agents/P/subagents/w", {"spec": {"instructions": "\ud800"}}, 422,
+         "spec.instructions: contains a lone surrogate"),
         ("get", "/v1/runtime/agents/P/spend?day=yesterday", None, 422, "day: must be YYYY-MM-DD"),
     ]
     for method, path, body, status, detail in cases:
-        r = getattr(op, method)(path, **({} if body is None else {"json": body}))
+        raw = None if body is None else json.dumps(body).encode()  # lone surrogates stay escaped
+        sent = {} if raw is None else {"content": raw, "headers": {"content-type": "application/json"}}
+        r = getattr(op, method)(path, **sent)
         assert r.status_code == status, (path, r.text)
         assert r.headers["content-type"].startswith("application/problem+json")
         assert detail in r.json()["detail"], r.text
