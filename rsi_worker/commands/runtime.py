@@ -45,8 +45,8 @@ class Arg:
 
     Attributes:
         name: the method's keyword (the option is ``--name`` with ``_`` → ``-``).
-        kind: ``text``, ``json`` (JSON text or ``@file``; ``null`` allowed), ``int``, ``float``,
-            ``list`` (positional, one or more), or ``choice`` (one of ``choices``).
+        kind: ``id`` (the id grammar), ``text``, ``json`` (JSON text or ``@file``; ``null`` allowed),
+            ``int``, ``float``, ``list`` (positional, one or more), or ``choice`` (one of ``choices``).
         help: the help line.
         option: an ``--option`` (omitted: the method's default applies) instead of a positional argument.
         choices: the values of a ``choice``.
@@ -82,6 +82,10 @@ def parse_arg(arg: Arg, raw: Any) -> Any:
         return [parse_arg(Arg(arg.name, "text", arg.help), v) for v in raw]
     if not isinstance(raw, str):
         raise InvalidInput(f"{arg.name}: must be text")
+    if arg.kind == "id":
+        from rsi_common.boundary import check_id
+
+        return check_id(raw, arg.name)
     if arg.kind == "text":
         if len(raw) > MAX_TEXT_CHARS:
             raise InvalidInput(f"{arg.name}: at most {MAX_TEXT_CHARS:,} characters")
@@ -177,9 +181,9 @@ def show_wait(out: dict[str, Any]) -> str:
 
 # --- the table -----------------------------------------------------------------------------------
 
-AGENT = Arg("agent", "text", "The agent id.")
+AGENT = Arg("agent", "id", "The agent id.")
 SESSION = Arg("session", "text", "The session (default main).", option=True)
-HANDLE = Arg("handle", "text", "The handle id (sa_…).")
+HANDLE = Arg("handle", "id", "The handle id (sa_…).")
 JSON_HELP = "JSON text, or @FILE."
 
 METHODS: tuple[Method, ...] = (
@@ -200,7 +204,7 @@ METHODS: tuple[Method, ...] = (
     Method("delete", "Tombstone the agent and its descendants; cancel their live handles.", (AGENT,),
            show_value),
     Method("spawn", "Spawn a child of PARENT from the root's catalog spec SPEC.", (
-        Arg("parent", "text", "The parent agent."), Arg("spec", "text", "The catalog spec."),
+        Arg("parent", "id", "The parent agent."), Arg("spec", "text", "The catalog spec."),
         Arg("input", "text", "The child's input."), Arg("name", "text", "The handle's name.", option=True),
         SESSION, Arg("request_id", "text", "Retry key: the same id returns the same handle.", option=True),
     ), show_value),
@@ -213,15 +217,15 @@ METHODS: tuple[Method, ...] = (
     Method("cancel", "Cancel a handle and everything below it.",
            (HANDLE, Arg("reason", "text", "Why (≤ 100 characters kept).", option=True)), show_value),
     Method("set_subagent_spec", "Add or replace (null: remove) a spec of the root's catalog.", (
-        Arg("root", "text", "The root agent."), Arg("name", "text", "The spec name."),
+        Arg("root", "id", "The root agent."), Arg("name", "text", "The spec name."),
         Arg("spec", "json", f"{{description, tools, max_iterations, instructions}} or null: {JSON_HELP}"),
     ), show_value),
     Method("spend", "The day's spend of a tree (its root) against its caps, or of one agent.", (
-        Arg("scope", "text", "A root (the tree) or another agent."),
+        Arg("scope", "id", "A root (the tree) or another agent."),
         Arg("day", "text", "YYYY-MM-DD (default: today, UTC).", option=True),
     ), show_spend),
     Method("set_caps", "Override the daily caps of a root's tree (null: clear).",
-           (Arg("root", "text", "The root agent."), Arg("caps", "json", f"The caps or null: {JSON_HELP}")),
+           (Arg("root", "id", "The root agent."), Arg("caps", "json", f"The caps or null: {JSON_HELP}")),
            show_value),
 )
 

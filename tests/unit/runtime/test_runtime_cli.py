@@ -93,6 +93,8 @@ def test_hostile_values_are_one_line_with_exit_code_2(env: dict[str, str], tmp_p
         (("spawn", "P", "researcher", "x" * 20_000), "input: at most 16,384"),
         (("spawn", "P", "researcher", "x", "--request-id", SECRET + " "), "request_id: not a valid id"),
         (("set_subagent_spec", "P", "Writer", "{}"), "name: a spec name must match"),
+        (("tree", "a b"), "agent: not a valid id"),
+        (("set_caps", "../P", "null"), "root: not a valid id"),
         (("send", "P", "x" * 20_000), "text: at most 16,384 characters"),
         (("send", "P@../etc", "x"), "to: not a valid id"),
         (("start_turn", "P", "\udcff"), "text: contains a lone surrogate"),
