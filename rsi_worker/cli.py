@@ -17,6 +17,7 @@ from typer.core import TyperGroup
 
 from rsi_worker.commands import admin, batch, bench, cluster, db, dream, harness, loadtest, service, worlds
 from rsi_worker.commands import evolve as evolve_cmd
+from rsi_worker.commands import runtime as runtime_cmd
 from rsi_worker.commands.common import cli_errors
 
 
@@ -43,6 +44,7 @@ app.add_typer(worlds.worlds, name="worlds")
 app.add_typer(harness.harness, name="harness")
 app.add_typer(dream.dream, name="dream")
 evolve_cmd.register(app)
+app.add_typer(runtime_cmd.runtime, name="runtime")
 
 
 def main() -> None:

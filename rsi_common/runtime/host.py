@@ -23,6 +23,8 @@ from rsi_common.dispatch import QUEUE_AGENTS, TASK_AGENT_TURN
 from rsi_common.errors import InvalidInput
 from rsi_common.runtime.caps import CAP_FIELDS, resolve_caps
 from rsi_common.runtime.host_goals import GoalsHostMixin
+from rsi_common.runtime.host_checks import check_address, check_object, check_session, check_text_field
+from rsi_common.runtime.host_subagents import host_spawn, host_wait, set_spec
 from rsi_common.runtime.messages import Sender, send, wake_after_commit
 from rsi_common.runtime.refine import (
     RefineRequest,
@@ -66,7 +68,9 @@ class RuntimeClient(GoalsHostMixin):
     def register(self, agent: str, profile: AgentProfile | Mapping[str, Any],
                  caps: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Register (or update) a root agent; ``caps`` override the daily caps of its tree."""
-        prof = profile if isinstance(profile, AgentProfile) else AgentProfile.from_json(profile)
+        check_object(caps, "caps", nullable=True)
+        prof = profile if isinstance(profile, AgentProfile) else AgentProfile.from_json(
+            check_object(profile, "profile"))
         resolve_caps(self.params, caps)  # refuses bad caps before anything is written
         with self.sessions.begin() as s:
             row = register(s, agent, prof, caps=caps, actor=self.actor)
@@ -74,10 +78,13 @@ class RuntimeClient(GoalsHostMixin):
 
     def start_turn(self, agent: str, text: str, session: str = "main") -> list[dict[str, Any]]:
         """Post ``text`` to ``agent``'s ``session`` as an operator message and wake its turn."""
+        check_session(session)
         return self.send(f"{agent}@{session}" if session != "main" else agent, text)
 
     def send(self, to: str, text: str) -> list[dict[str, Any]]:
         """An operator's or host's message to any agent (``<agent>`` or ``<agent>@<session>``)."""
+        check_address(to)
+        check_text_field(text, "text", self.params.msg_max_chars)
         with self.sessions.begin() as s:
             agent = to.partition("@")[0]
             root = get_runtime(s, agent).root_id
@@ -163,6 +170,23 @@ class RuntimeClient(GoalsHostMixin):
             self.wake(agent, session)
         return done
 
+    def spawn(self, parent: str, spec: str, input: str, name: str | None = None, session: str = "main",
+              request_id: str | None = None) -> dict[str, Any]:
+        """Spawn a child of ``parent`` from the host (R2.3 admission; a retry with the same
+        ``request_id`` returns the same handle): :func:`~rsi_common.runtime.host_subagents.host_spawn`."""
+        return host_spawn(self.sessions, self.params, self.wake, parent, spec, input, name=name,
+                          session=session, request_id=request_id)
+
+    def wait(self, handles: list[str], timeout_s: float | None = None, mode: str = "all") -> dict[str, Any]:
+        """Block until the handles settle or ``min(timeout_s, WAIT_CAP_S)`` passes; holds no slot:
+        :func:`~rsi_common.runtime.host_subagents.host_wait`."""
+        return host_wait(self.sessions, self.client.redis, self.params, handles, timeout_s, mode)
+
+    def set_subagent_spec(self, root: str, name: str, spec: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Add, replace or (``None``) remove one spec of ``root``'s catalog (D12):
+        :func:`~rsi_common.runtime.host_subagents.set_spec`."""
+        return set_spec(self.sessions, root, name, spec, actor=self.actor)
+
     # --- spend --------------------------------------------------------------------------------
 
     def spend(self, scope: str, day: str | None = None) -> dict[str, Any]:
@@ -179,6 +203,7 @@ class RuntimeClient(GoalsHostMixin):
 
     def set_caps(self, root: str, caps: Mapping[str, Any] | None) -> dict[str, Any]:
         """Override the daily caps of ``root``'s tree (keys of ``CAP_FIELDS``; ``None`` clears)."""
+        check_object(caps, "caps", nullable=True)
         resolve_caps(self.params, caps)
         with self.sessions.begin() as s:
             row = get_runtime(s, root)
