@@ -8,7 +8,8 @@ the worker talks to it over the two pipes it passes along, so the episode's mess
 the zygote.
 
 A zygote that died (killed, crashed) is restarted at the next spawn, once; if the restart fails too,
-:class:`ZygoteUnavailable` is raised and the sandbox forks the worker itself. A forked worker (a
+:class:`ZygoteUnavailable` is raised and the sandbox forks the worker itself (for
+:data:`RETRY_PAUSE_S`, then a new start is tried). A forked worker (a
 Celery prefork child) never uses its parent's zygote: it starts its own.
 """
 
@@ -24,17 +25,20 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import types
 from pathlib import Path
 from typing import Any
 
 from rsi_worker.dream.confine import read_frame, write_frame
 
-__all__ = ["Zygote", "ZygoteUnavailable", "zygote"]
+__all__ = ["RETRY_PAUSE_S", "Zygote", "ZygoteUnavailable", "zygote"]
 
 log = logging.getLogger(__name__)
 _ROOT = str(Path(__file__).resolve().parents[2])
 _START_TIMEOUT_S = 30.0
+RETRY_PAUSE_S = 60.0
+"""After two failed starts in a row, episodes fork the worker for this long before a new try."""
 
 
 class ZygoteUnavailable(RuntimeError):
@@ -50,6 +54,7 @@ class Zygote:
         self._sock: socket.socket | None = None
         self.generation = 0
         """Incremented at every (re)start; a child is reaped through the zygote that forked it."""
+        self._broken_until = 0.0
 
     @property
     def pid(self) -> int:
@@ -111,6 +116,8 @@ class Zygote:
         blob = marshal.dumps(code)
         header = {"op": "spawn", "cpu_s": cpu_s, "memory_bytes": memory_bytes}
         with self._lock:
+            if time.monotonic() < self._broken_until:
+                raise ZygoteUnavailable("the zygote failed recently; retried after a pause")
             for attempt in (0, 1):
                 if self._sock is None or self.pid == 0:
                     if attempt or self._sock is not None:
@@ -125,6 +132,7 @@ class Zygote:
                 if "pid" not in reply:
                     raise ZygoteUnavailable(str(reply.get("error", "the zygote refused"))[:300])
                 return int(reply["pid"]), self.generation, str(reply["network"])
+            self._broken_until = time.monotonic() + RETRY_PAUSE_S
         raise ZygoteUnavailable("the zygote died twice in a row")
 
     def reap(self, pid: int, generation: int, *, kill: bool) -> int | None:
