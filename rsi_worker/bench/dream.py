@@ -9,15 +9,20 @@ docs/dream/README.md#measured).
    task is π⁰'s best score there; a policy's cost is the attempts (and tokens) revealed up to its
    first cell scoring ≥ the target, or all it revealed when it never reaches it (counted in
    ``pistar_missed``). ``attempts_change_pct`` = 100·(Σ π★ − Σ π⁰)/Σ π⁰, the same for tokens.
+   Beside it, what each policy spent in all (``pi0_cells``, ``pistar_cells``) and what π★ bought with
+   it: the tasks where its best is above π⁰'s (``pistar_better_tasks``) and the mean difference of
+   the bests on the task's scale (``pistar_best_gain_mean``).
 3. **Sweep wall**: the β sweep of π★ (as untrusted code, so sandboxed) over ``worlds`` generated
    worlds, inline and fanned out as ``rsi.dream_episodes`` tasks on a private cluster of ``workers``
    ``rsi worker`` processes × 1 thread (local worker processes when redis-server is missing), after
    a warm-up sweep; the capacity-aware bound is
    max(Σ episode time / workers, the longest episode) from the inline episode times.
-4. **Sandbox overhead per episode**: the same episodes of a builtin policy in process and in the
-   forked child (with and without the network namespace); the medians of the differences, beside
-   the median of a bare fork + exit + wait of this process and the load average (on a shared
-   machine the fork dominates and varies with load).
+4. **Sandbox overhead per episode**: the same episodes of a builtin policy in process, in a child
+   forked from this process's zygote (the default; its start-up is timed apart, as the first
+   episode) and in a child forked from this process (the former path, with its own network
+   namespace); the median, p90 and p99 of the differences, beside the median of a bare fork + exit +
+   wait of this process (large after the cycles and the sweep: what the zygote avoids) and the load
+   average.
 """
 
 from __future__ import annotations
@@ -80,14 +85,22 @@ def _cost_to(cells: list[tuple[float | None, int]], target: float) -> tuple[int,
 
 
 def _attempts(pi0: PolicyCode, star: PolicyCode, tasks: int) -> dict[str, Any]:
-    a0 = a1 = t0 = t1 = missed = 0
+    a0 = a1 = t0 = t1 = missed = c0 = c1 = better = 0
+    gain = 0.0
     for i in range(tasks):
         task = SimSearchTask(1000 + i, f"bench-{i}")
         base, new = _live_cells(pi0, task), _live_cells(star, task)
         target = max([task.baseline, *(s for s, _ in base if s is not None)])
+        star_best = max([task.baseline, *(s for s, _ in new if s is not None)])
         n0, k0, _ = _cost_to(base, target)
         n1, k1, hit = _cost_to(new, target)
         a0, a1, t0, t1, missed = a0 + n0, a1 + n1, t0 + k0, t1 + k1, missed + (not hit)
+        c0, c1, better, gain = (
+            c0 + len(base),
+            c1 + len(new),
+            better + (star_best > target),
+            gain + star_best - target,
+        )
     return {
         "pi0_attempts": a0,
         "pistar_attempts": a1,
@@ -96,6 +109,10 @@ def _attempts(pi0: PolicyCode, star: PolicyCode, tasks: int) -> dict[str, Any]:
         "pistar_missed": missed,
         "attempts_change_pct": round(100 * (a1 - a0) / max(1, a0), 1),
         "tokens_change_pct": round(100 * (t1 - t0) / max(1, t0), 1),
+        "pi0_cells": c0,
+        "pistar_cells": c1,
+        "pistar_better_tasks": better,
+        "pistar_best_gain_mean": round(gain / tasks, 4),
     }
 
 
@@ -176,12 +193,22 @@ def _bare_fork_ms(n: int = 20) -> float:
     return round(statistics.median(times) * 1e3, 2)
 
 
+def _pct(values: list[float], q: float) -> float:
+    """The ``q`` quantile (nearest rank) in ms."""
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3, 2)
+
+
 def _sandbox_overhead(episodes: int) -> dict[str, Any]:
     code = builtin("parallel_refine")
     ws = generate_worlds(11, episodes)
-    plain = SandboxLimits(network_namespace=False)
-    diffs, diffs_plain, inproc = [], [], []
-    network = ""
+    direct = SandboxLimits(zygote=False)
+    diffs, diffs_direct, inproc = [], [], []
+    network = launcher = ""
+    t = time.perf_counter()
+    with SandboxSession(code.source) as box:  # starts this process's zygote (once per worker)
+        run_episode(ReplayQuestion(ws[0]), box, 0.6)
+    first_ms = (time.perf_counter() - t) * 1e3
     for w in ws:
         t = time.perf_counter()
         with code.session() as s:
@@ -189,21 +216,24 @@ def _sandbox_overhead(episodes: int) -> dict[str, Any]:
         t1 = time.perf_counter()
         with SandboxSession(code.source) as box:
             b = run_episode(ReplayQuestion(w), box, 0.6)
-            network = box.network
+            network, launcher = box.network, box.launcher
         t2 = time.perf_counter()
-        with SandboxSession(code.source, plain) as box:
+        with SandboxSession(code.source, direct) as box:
             c = run_episode(ReplayQuestion(w), box, 0.6)
         t3 = time.perf_counter()
         assert a.to_json() == b.to_json() == c.to_json()
         inproc.append(t1 - t)
         diffs.append((t2 - t1) - (t1 - t))
-        diffs_plain.append((t3 - t2) - (t1 - t))
+        diffs_direct.append((t3 - t2) - (t1 - t))
     return {
         "sandbox_episodes": episodes,
+        "sandbox_launcher": launcher,
         "sandbox_network_barrier": network,
         "sandbox_overhead_median_ms": round(statistics.median(diffs) * 1e3, 2),
-        "sandbox_overhead_p90_ms": round(sorted(diffs)[int(0.9 * (len(diffs) - 1))] * 1e3, 2),
-        "sandbox_overhead_without_netns_median_ms": round(statistics.median(diffs_plain) * 1e3, 2),
+        "sandbox_overhead_p90_ms": _pct(diffs, 0.9),
+        "sandbox_overhead_p99_ms": _pct(diffs, 0.99),
+        "sandbox_first_episode_ms": round(first_ms, 2),
+        "sandbox_overhead_direct_fork_median_ms": round(statistics.median(diffs_direct) * 1e3, 2),
         "inprocess_episode_median_ms": round(statistics.median(inproc) * 1e3, 2),
         "bare_fork_median_ms": _bare_fork_ms(),
         "load_average_1m": round(os.getloadavg()[0], 2),

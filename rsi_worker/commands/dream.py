@@ -32,6 +32,10 @@ OUT_OPT = typer.Option(None, "--out", "-o", help="Output file (default: stdout).
 FILE_ARG = typer.Argument(..., help="A JSON Lines file of trees ('-' for stdin).")
 CONFIRM_HELP = "Confirm by a live cycle before promotion (off: pending_confirmation)."
 CLUSTER_HELP = "Fan the episodes out on the workers (RSI_REDIS_URL)."
+ADAPTER_HELP = (
+    "Live tasks from your adapter, module:factory (factory(task_id) -> a search task; "
+    "docs/dream/cycle.md#task-adapters). Default: simulated tasks."
+)
 
 
 @contextmanager
@@ -89,11 +93,16 @@ def cycle_cmd(
         "sim", "--provider", help="The development agent's provider (default the sim)."
     ),
     model: str = typer.Option("sim-1", "--model", help="The development agent's model."),
+    adapter: str | None = typer.Option(None, "--adapter", help=ADAPTER_HELP),
     as_json: bool = JSON_OPT,
 ) -> None:
     """Run the agent's Dream cycle, or resume its unfinished one (progress on stderr)."""
+    from rsi_worker.dream.adapter import load_adapter
     from rsi_worker.dream.cycle import CycleConfig, run_cycle
 
+    with cli_errors(as_json):
+        if adapter is not None:
+            load_adapter(adapter)  # refused here, before anything is stored
     with cli_errors(as_json), _sessions() as factory:
         settings = load_settings()
         executor_for = None
@@ -112,7 +121,7 @@ def cycle_cmd(
             factory,
             agent,
             _dev(provider, model, settings),
-            CycleConfig(seed=seed, revisions=revisions, confirm=confirm),
+            CycleConfig(seed=seed, revisions=revisions, confirm=confirm, adapter=adapter),
             executor_for=executor_for,
             progress=lambda m: typer.echo(m, err=True),
         )

@@ -42,6 +42,7 @@ from rsi_common.math.dream import (
 )
 from rsi_common.math.params import RRSIParams
 from rsi_common.math.selection import cost_rule, floor_ok
+from rsi_worker.dream.adapter import load_adapter
 from rsi_worker.dream.devagent import extract_code, revision_prompt
 from rsi_worker.dream.evaluate import EvalParams, Executor, InlineExecutor, evaluate_value, sweep
 from rsi_worker.dream.policies import PolicyCode, harness_policy, with_policy
@@ -76,6 +77,8 @@ class CycleConfig:
     """False: no confirmation hook (status ``pending_confirmation``)."""
     stop_after: str | None = None
     """Stop (status stays ``running``) after this phase: tests of resumption."""
+    adapter: str | None = None
+    """``module:factory`` of the user's live tasks (docs/dream/cycle.md#task-adapters); None = the sim's."""
 
 
 def _config_json(cfg: CycleConfig) -> dict[str, Any]:
@@ -94,6 +97,7 @@ def _config_json(cfg: CycleConfig) -> dict[str, Any]:
             for k in ("branches", "refine", "baseline_lo", "baseline_hi", "span", "noise", "fail_rate")
         },
         "params": cfg.params.to_json(),
+        "adapter": cfg.adapter,
     }
 
 
@@ -110,6 +114,7 @@ def _config_from(d: dict[str, Any], *, stop_after: str | None) -> CycleConfig:
         params=EvalParams.from_json(d["params"]),
         confirm=bool(d["confirm"]),
         stop_after=stop_after,
+        adapter=None if d.get("adapter") is None else str(d["adapter"]),
     )
 
 
@@ -383,6 +388,8 @@ def run_cycle(
     cycle_id, state = _open(factory, agent_id, cfg)
     if "config" in state:  # a resumed cycle keeps the configuration it started with
         cfg = _config_from(state["config"], stop_after=cfg.stop_after)
+    if task_factory is None and cfg.adapter is not None:
+        task_factory = load_adapter(cfg.adapter)
     tasks = task_factory or (lambda tid: SimSearchTask(cfg.seed, tid, cfg.task_params))
     ex = executor or (executor_for(cycle_id) if executor_for is not None else InlineExecutor())
     store = SqlEpisodeStore(factory, cycle_id)

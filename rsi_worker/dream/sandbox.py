@@ -20,27 +20,14 @@ Two gates, in order:
 from __future__ import annotations
 
 import ast
-import bisect
-import collections
-import ctypes
-import dataclasses
-import enum
-import fcntl
-import functools
-import heapq
-import itertools
 import json
-import math
+import logging
 import os
-import resource
 import select
 import signal
-import socket
-import statistics
 import struct
 import time
 import types
-import typing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -49,8 +36,13 @@ from typing import Any
 from rsi_common.boundary import MAX_HARNESS_FILE_BYTES
 from rsi_common.errors import InvalidInput
 from rsi_common.math.dream import GridPlan, GridPlanningContext
+from rsi_worker.dream import confine
+from rsi_worker.dream.confine import ALLOWED_IMPORTS
 from rsi_worker.dream.replay import PolicyFailure, PolicyTimeout
-from rsi_worker.dream.view import PolicyView, view_from_data
+from rsi_worker.dream.view import PolicyView
+from rsi_worker.dream.zygote import ZygoteUnavailable, zygote
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ALLOWED_IMPORTS",
@@ -64,20 +56,6 @@ __all__ = [
     "run_confined",
 ]
 
-ALLOWED_IMPORTS = frozenset(
-    {
-        "math",
-        "itertools",
-        "functools",
-        "collections",
-        "heapq",
-        "bisect",
-        "statistics",
-        "dataclasses",
-        "typing",
-        "enum",
-    }
-)
 FORBIDDEN_NAMES = frozenset(
     {
         "open",
@@ -97,70 +75,7 @@ FORBIDDEN_NAMES = frozenset(
         "delattr",
     }
 )
-_MODULES: dict[str, types.ModuleType] = {
-    m.__name__: m
-    for m in (math, itertools, functools, collections, heapq, bisect, statistics, dataclasses, typing, enum)
-}
-_MODULES["collections.abc"] = collections.abc
-_SAFE_BUILTINS = (
-    "abs",
-    "all",
-    "any",
-    "bool",
-    "dict",
-    "divmod",
-    "enumerate",
-    "filter",
-    "float",
-    "frozenset",
-    "hash",
-    "int",
-    "isinstance",
-    "issubclass",
-    "iter",
-    "len",
-    "list",
-    "map",
-    "max",
-    "min",
-    "next",
-    "object",
-    "pow",
-    "range",
-    "repr",
-    "reversed",
-    "round",
-    "set",
-    "slice",
-    "sorted",
-    "str",
-    "sum",
-    "tuple",
-    "zip",
-    "property",
-    "staticmethod",
-    "classmethod",
-    "super",
-    "type",
-    "Exception",
-    "ValueError",
-    "TypeError",
-    "KeyError",
-    "IndexError",
-    "ZeroDivisionError",
-    "ArithmeticError",
-    "StopIteration",
-    "RuntimeError",
-    "AssertionError",
-    "NotImplementedError",
-    "True",
-    "False",
-    "None",
-    "NotImplemented",
-    "Ellipsis",
-)
 _MAX_MESSAGE_BYTES = 4_000_000
-_CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
 
 
 class PolicyRejected(InvalidInput):
@@ -212,24 +127,6 @@ def check_source(source: str) -> None:
         raise PolicyRejected(found)
 
 
-def _guarded_import(
-    name: str, globals_: Any = None, locals_: Any = None, fromlist: Any = (), level: int = 0
-) -> types.ModuleType:
-    if level or name not in _MODULES:
-        raise ImportError(f"import of {name[:60]!r} is not allowed")
-    return _MODULES[name]
-
-
-def _builtins() -> dict[str, Any]:
-    import builtins
-
-    out = {name: getattr(builtins, name) for name in _SAFE_BUILTINS}
-    out["__import__"] = _guarded_import
-    out["__build_class__"] = builtins.__build_class__
-    out["print"] = lambda *a, **k: None
-    return out
-
-
 _CODE_CACHE: dict[str, types.CodeType] = {}
 _CODE_CACHE_SIZE = 64
 
@@ -257,10 +154,7 @@ def load_namespace(source: str | types.CodeType) -> dict[str, Any]:
         PolicyRejected: the AST check fails.
         Exception: whatever the module body raises.
     """
-    code = compiled(source) if isinstance(source, str) else source
-    ns: dict[str, Any] = {"__builtins__": _builtins(), "__name__": "policy"}
-    exec(code, ns)
-    return ns
+    return confine.load_namespace(compiled(source) if isinstance(source, str) else source)
 
 
 def plan_from(value: Any) -> GridPlan:
@@ -291,69 +185,14 @@ class SandboxLimits:
     wall_s: float = 10.0
     network_namespace: bool = True
     """Also enter a new network namespace when the kernel allows it (defense in depth: the descriptor
-    limit already makes every socket impossible; the namespace costs a few ms per episode)."""
+    limit already makes every socket impossible). The zygote enters one once, for all its children;
+    a child forked from this process enters its own (a few ms per episode)."""
+    zygote: bool = True
+    """Fork policy children from the zygote (docs/dream/sandbox.md#the-zygote); False: fork this
+    process (also the fallback when no zygote can be started, and always for ``run_confined``)."""
 
 
-# -- the child ---------------------------------------------------------------------------------------
-_libc: Any = None
-
-
-def _unshare_net() -> str:
-    global _libc
-    if _libc is None:
-        return "nofile"
-    for flags, name in ((_CLONE_NEWNET, "netns"), (_CLONE_NEWUSER | _CLONE_NEWNET, "userns+netns")):
-        if _libc.unshare(flags) == 0:
-            return name
-    return "nofile"
-
-
-def _refuse(*_a: Any, **_k: Any) -> Any:
-    raise PermissionError("network access is disabled in the policy sandbox")
-
-
-def _confine(rfd: int, wfd: int, limits: SandboxLimits) -> str:
-    """Confine this (forked) process; returns the network barrier in force."""
-    with open("/proc/self/statm", "rb") as f:
-        vsz = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    try:
-        inherited = [int(fd) for fd in os.listdir("/proc/self/fd")]
-    except OSError:  # no /proc: every number up to the descriptor limit
-        inherited = list(range(2, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
-    a = fcntl.fcntl(rfd, fcntl.F_DUPFD, 10)
-    b = fcntl.fcntl(wfd, fcntl.F_DUPFD, 10)
-    os.dup2(a, 0)
-    os.dup2(b, 1)
-    # every inherited descriptor (sockets, database files of the worker) is closed, whatever its number
-    for fd in {*inherited, a, b}:
-        if fd > 1:
-            with suppress(OSError):
-                os.close(fd)
-    network = _unshare_net() if limits.network_namespace else "nofile"
-    for attr in ("socket", "create_connection", "socketpair", "fromfd", "create_server"):
-        setattr(socket, attr, _refuse)
-    for lim, value in (
-        (resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1)),
-        (resource.RLIMIT_AS, (vsz + limits.memory_bytes,) * 2),
-        (resource.RLIMIT_FSIZE, (0, 0)),
-        (resource.RLIMIT_CORE, (0, 0)),
-        (resource.RLIMIT_NPROC, (0, 0)),
-        (resource.RLIMIT_NOFILE, (2, 2)),
-    ):
-        _, ceiling = resource.getrlimit(lim)
-        if ceiling != resource.RLIM_INFINITY:  # never above what the worker itself may use
-            value = (min(value[0], ceiling), min(value[1], ceiling))
-        resource.setrlimit(lim, value)
-    return network
-
-
-def _send(fd: int, obj: Any) -> None:
-    data = json.dumps(obj, allow_nan=False, default=str).encode()
-    data = struct.pack(">I", len(data)) + data
-    while data:
-        data = data[os.write(fd, data) :]
-
-
+# -- the parent --------------------------------------------------------------------------------------
 def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
     out = b""
     while len(out) < n:
@@ -375,49 +214,6 @@ def _recv(fd: int, deadline: float | None) -> Any:
     return json.loads(_read_exact(fd, size, deadline))
 
 
-def _serve(code: types.CodeType) -> None:
-    ns = load_namespace(code)
-    plan_fn, choose_fn = ns["plan_grid"], ns["choose"]
-    while True:
-        msg = _recv(0, None)
-        try:
-            if msg["op"] == "plan":
-                plan = plan_from(plan_fn(types.SimpleNamespace(**msg["ctx"])))
-                _send(1, {"ok": plan.to_json()})
-            else:
-                _send(1, {"ok": choose_fn(view_from_data(msg["view"]), msg["beta"])})
-        except BaseException as exc:
-            _send(1, {"error": f"{type(exc).__name__}: {str(exc)[:300]}"})
-
-
-def _child(
-    code: types.CodeType | None, rfd: int, wfd: int, limits: SandboxLimits, job: Callable[[], Any] | None
-) -> None:
-    try:
-        network = _confine(rfd, wfd, limits)
-        if job is not None:
-            _send(1, {"ready": network, "result": job()})
-            return
-        _send(1, {"ready": network})
-        if code is not None:
-            _serve(code)
-    except BaseException as exc:
-        with suppress(BaseException):
-            _send(1, {"error": f"{type(exc).__name__}: {str(exc)[:300]}"})
-    finally:
-        os._exit(0)
-
-
-# -- the parent --------------------------------------------------------------------------------------
-def _load_libc() -> None:
-    global _libc
-    if _libc is None:
-        try:
-            _libc = ctypes.CDLL(None, use_errno=True)
-        except OSError:  # pragma: no cover - no dynamic libc
-            _libc = None
-
-
 class SandboxSession:
     """One episode of one policy in a forked, confined child (module docstring).
 
@@ -429,6 +225,10 @@ class SandboxSession:
     ) -> None:
         self.source, self.limits, self._job = source, limits or SandboxLimits(), job
         self.pid = 0
+        self._generation = 0
+        """The zygote generation that forked the child; 0: forked from this process."""
+        self.launcher = "fork"
+        """``zygote`` or ``fork`` (a ``job``, ``SandboxLimits.zygote`` off, or no zygote)."""
         self.network = ""
         self.result: Any = None
         self._r = self._w = -1
@@ -451,15 +251,23 @@ class SandboxSession:
                 code = compiled(self.source)  # checked and compiled here, once per source
             except PolicyRejected as exc:
                 raise PolicyFailure(str(exc)) from None
-        _load_libc()
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child's coverage is not collected
-            _child(code, to_child_r, from_child_w, self.limits, self._job)
-        self.pid = pid
-        os.close(to_child_r)
-        os.close(from_child_w)
+        try:
+            if code is not None and self.limits.zygote:
+                self._spawn(code, to_child_r, from_child_w)
+            if not self.pid:
+                pid = os.fork()
+                if pid == 0:  # pragma: no cover - the child's coverage is not collected
+                    network = None if self.limits.network_namespace else "nofile"
+                    lim = self.limits
+                    confine.child_main(
+                        code, to_child_r, from_child_w, lim.cpu_s, lim.memory_bytes, network, self._job
+                    )
+                self.pid = pid
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
         self._w, self._r = to_child_w, from_child_r
         if self._job is None:
             self._hello_pending = True  # read with the first answer: one round trip less
@@ -469,6 +277,18 @@ class SandboxSession:
         except BaseException:
             self.close()
             raise
+
+    def _spawn(self, code: types.CodeType, rfd: int, wfd: int) -> None:
+        """Fork the child from the zygote; on :class:`ZygoteUnavailable` leave ``pid`` 0 (the caller
+        forks this process instead)."""
+        try:
+            self.pid, self._generation, _ = zygote().spawn(
+                code, self.limits.cpu_s, self.limits.memory_bytes, [rfd, wfd]
+            )
+            self.launcher = "zygote"
+        except ZygoteUnavailable as exc:
+            log.warning("sandbox zygote unavailable, forking the worker instead: %s", exc)
+            self.launcher = "fork"
 
     def _hello(self, hello: Any) -> None:
         self.network = str(hello["ready"])
@@ -480,9 +300,12 @@ class SandboxSession:
     def close(self) -> None:
         """Kill and reap the child, close the pipes (idempotent)."""
         if self.pid:
-            with suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
+            if self._generation:
+                zygote().release(self.pid, self._generation)
+            else:
+                with suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
             self.pid = 0
         for fd in (self._r, self._w):
             if fd >= 0:
@@ -497,7 +320,7 @@ class SandboxSession:
             self._start()
         try:
             if msg is not None:
-                _send(self._w, msg)
+                confine.send_msg(self._w, msg)
             if self._hello_pending:
                 self._hello_pending = False
                 hello = _recv(self._r, self._deadline)
@@ -516,8 +339,15 @@ class SandboxSession:
     def _exit_status(self) -> str:
         if not self.pid:
             return "gone"
-        _, status = os.waitpid(self.pid, 0)
-        self.pid = 0
+        if self._generation:
+            found = zygote().reap(self.pid, self._generation, kill=False)
+            self.pid = 0
+            if found is None:
+                return "gone"
+            status = found
+        else:
+            _, status = os.waitpid(self.pid, 0)
+            self.pid = 0
         if os.WIFSIGNALED(status):
             return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
         return f"exit {os.WEXITSTATUS(status)}"

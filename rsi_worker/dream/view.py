@@ -39,9 +39,10 @@ class PolicyView:
     n_total: Callable[[], int]
 
 
-def view_from_data(data: dict[str, Any]) -> PolicyView:
-    """Build the closures over a private copy of ``data`` (the output of a question's snapshot)."""
-    snap = copy.deepcopy(data)
+def view_from_data(data: dict[str, Any], *, fresh: bool = False) -> PolicyView:
+    """Build the closures over a private copy of ``data`` (the output of a question's snapshot);
+    ``fresh``: ``data`` is already private (just decoded from a message), used as is."""
+    snap = data if fresh else copy.deepcopy(data)
     revealed: list[dict[str, Any]] = snap["revealed"]
     legal: list[dict[str, Any]] = snap["legal"]
     width, baseline, rnd, left = (

@@ -13,6 +13,7 @@ from rsi_worker.dream.policies import PolicyCode, builtin
 from rsi_worker.dream.replay import PolicyFailure, ReplayQuestion, run_episode
 from rsi_worker.dream.sandbox import PolicyRejected, SandboxLimits, SandboxSession, check_source, run_confined
 from rsi_worker.dream.tree import TreeWorld
+from rsi_worker.dream.zygote import zygote
 
 OK = builtin("fixed_width").source
 FAST = SandboxLimits(cpu_s=2, memory_bytes=256 * 2**20, wall_s=0.5)
@@ -87,12 +88,12 @@ ADVERSARIAL = {
 }
 
 
-def _children() -> set[int]:
-    """Pids of this process's live children, zombies included (``/proc/self/task/*/children``)."""
+def _children(pid: int | str = "self") -> set[int]:
+    """Pids of a process's live children, zombies included (``/proc/<pid>/task/*/children``)."""
     out: set[int] = set()
-    for tid in os.listdir("/proc/self/task"):
+    for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/self/task/{tid}/children") as f:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
                 out.update(int(p) for p in f.read().split())
         except OSError:
             continue  # the thread ended meanwhile
@@ -121,7 +122,10 @@ def test_adversarial_code_stops_cleanly(case: str, toy: TreeWorld) -> None:
     stop, message = _episode(source, toy, FAST if reason == "timeout" else ROOMY)
     assert stop == reason, message
     assert _pipes() <= pipes_before  # no pipe left behind (other threads may open other files)
-    assert _children() <= children_before  # every sandbox child was reaped (the suite's servers stay)
+    z = zygote()
+    z.sync()
+    assert z.pid and not _children(z.pid)  # the zygote reaped the episode's child
+    assert _children() - {z.pid} <= children_before  # nothing else was left (the suite's servers stay)
 
 
 def test_confinement_blocks_files_and_sockets_whatever_the_code(tmp_path: Path) -> None:
