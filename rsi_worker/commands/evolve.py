@@ -212,6 +212,7 @@ def evolve_run(
     with cli_errors(as_json), _runtime(models=inline) as (rt, env):
         if inline:
             env.stop_file = (run_dir or Path("runs") / name) / "STOP"
+            _unwatch(rt, name)
             out = run_inline(env, name, max_rounds=rounds)
         else:
             out = _launch(rt, env, name, wait)
@@ -228,8 +229,9 @@ def _launch(rt: Runtime, env: EvolveEnv, name: str, wait: bool) -> RunOutcome:
     """Enqueue the run's first ``evolve_step`` on the cluster; with ``wait``, poll its status in SQL."""
     import time
 
-    from rsi_common.dispatch import TASK_EVOLVE_STEP, TASK_QUEUES, KombuDispatcher
+    from rsi_common.dispatch import KombuDispatcher
     from rsi_common.errors import SettingsError
+    from rsi_worker.cluster.evolve_watch import launch
     from rsi_worker.evolve.engine import RunOutcome
 
     if not rt.settings.redis_url:
@@ -238,9 +240,8 @@ def _launch(rt: Runtime, env: EvolveEnv, name: str, wait: bool) -> RunOutcome:
     if status == "done":
         return RunOutcome("done", int((state or {}).get("t", 0)), 0, "already done")
     env.store.set_run(name, status="running", stop_requested=False)
-    KombuDispatcher(str(rt.settings.redis_url)).enqueue(
-        TASK_EVOLVE_STEP, [[], name], TASK_QUEUES[TASK_EVOLVE_STEP]
-    )
+    if launch(rt.coord, KombuDispatcher(str(rt.settings.redis_url)), name) is None:
+        typer.echo(f"evolve run {name}: a chain of it runs on the cluster; not launched again", err=True)
     while wait:
         _, _, status, _, state = env.store.run(name)
         if status != "running":
@@ -249,6 +250,19 @@ def _launch(rt: Runtime, env: EvolveEnv, name: str, wait: bool) -> RunOutcome:
     return RunOutcome(
         "running", int((state or {}).get("t", 0)), 0, "launched on the cluster; see rsi evolve status"
     )
+
+
+def _unwatch(rt: Runtime, name: str) -> None:
+    """An inline run leaves the sweeper's watch; a chain of it on the cluster stops at its next task."""
+    from rsi_common.handoff import COORD_ERRORS
+    from rsi_worker.cluster.evolve_watch import unwatch
+
+    if not rt.settings.redis_url:
+        return
+    try:
+        unwatch(rt.coord, name)
+    except COORD_ERRORS:
+        typer.echo("Redis unavailable: the run stays on the sweeper's watch of the cluster", err=True)
 
 
 @evolve.command("status")

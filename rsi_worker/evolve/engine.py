@@ -23,7 +23,9 @@ evolve split only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -95,6 +97,12 @@ class EvolveEnv:
     settings: Settings = field(default_factory=Settings)
     stop_file: Path | None = None
     usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    phases: list[tuple[int, str, float]] = field(default_factory=list)
+    """``(t, phase, seconds)`` of the phases this process ran (``rsi bench evolve``; never stored)."""
+
+    def phase(self, t: int, name: str, seconds: float) -> None:
+        with _COUNT_LOCK:
+            self.phases.append((t, name, seconds))
 
     @property
     def store(self) -> Store:
@@ -223,11 +231,13 @@ class _Run:
     def baseline(self) -> None:
         p, k = self.config.params, self.config.params.k
         evals = []
-        all_rows = [
-            self.evaluate(-1, f"base{r}", h0(), self.evolve_ids, k, seed_base=r * k)
+        # the R base evaluations and the held-out one are independent: they run side by side
+        jobs: list[Callable[[], Any]] = [
+            functools.partial(self.evaluate, -1, f"base{r}", h0(), self.evolve_ids, k, seed_base=r * k)
             for r in range(self.config.base_evals)
         ]
-        held = self._heldout(-1, h0(), None)
+        jobs.append(functools.partial(self._heldout, -1, h0(), None))
+        *all_rows, held = _each(lambda job: job(), jobs, self.config.eval_parallel)
         self.raise_pending()
         for r, rows in enumerate(all_rows):
             assert rows is not None
@@ -396,8 +406,10 @@ class _Run:
         views = self.views(before, inc_ev)
         analysis = stored.get("analysis")
         if analysis is None:
+            t_an = time.perf_counter()
             analysis = self.analyze(views)
             self.store.set_round(self.name, t, analysis=plain(analysis), directives=plain(setup))
+            self.env.phase(t, "analysis", time.perf_counter() - t_an)
         drafts: dict[str, Any] = dict(stored.get("drafts") or {})
         p, mode = self.config.params, self.config.mode_config
         delta, S_star, S_t = float(before["delta"]), float(before["S_star"]), float(before["S_t"])
@@ -432,7 +444,6 @@ class _Run:
                 drafts[v] = plain(draft)
                 self.store.set_round(self.name, t, drafts=dict(sorted(drafts.items())))
 
-        _each(draft_one, missing, self.config.eval_parallel)
         stop = (
             StopContext(S_star, delta, S_t, p.invalid_missing_frac, mode.hopeless_rule)
             if mode.early_stop
@@ -461,7 +472,20 @@ class _Run:
             extra = {**asm.ev.extra, "touched_params": list(d.get("set_addresses") or [])}
             return Candidate(v, edits, dataclasses.replace(asm.ev, extra=extra), payload=d["payload"])
 
-        cands = _each(candidate, sorted(drafts), self.config.eval_parallel)
+        def pipeline(item: tuple[int, str]) -> Candidate:
+            """One variant from draft to evaluation: its trials start as soon as its draft passed."""
+            t0 = time.perf_counter()
+            if item in missing:
+                draft_one(item)
+            t1 = time.perf_counter()
+            out = candidate(item[1])
+            self.env.phase(t, f"draft {item[1]}", t1 - t0)
+            self.env.phase(t, f"smoke+evaluation {item[1]}", time.perf_counter() - t1)
+            return out
+
+        t_cands = time.perf_counter()
+        cands = _each(pipeline, list(enumerate("ABCDEFGH"[: p.m])), self.config.eval_parallel)
+        self.env.phase(t, "candidates", time.perf_counter() - t_cands)
         self.raise_pending()
         counts = accepted_counts(records, before_t=t)
         winner, decisions = judge(self.config, p, cands, inc_ev, S_star, delta, counts, setup["enabled"])
@@ -475,7 +499,9 @@ class _Run:
         state["infra_streak"] = int(before.get("infra_streak", 0)) + 1 if infra else 0
         if winner is not None:
             assert winner.payload is not None
+            t_held = time.perf_counter()
             held = self._heldout(t, materialize(winner.payload), (t, winner.variant))
+            self.env.phase(t, "heldout", time.perf_counter() - t_held)
             self.raise_pending()
             if held is not None:
                 state["heldout"] = [
