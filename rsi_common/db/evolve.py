@@ -42,6 +42,7 @@ __all__ = [
     "evolve_trials",
     "get_evolve",
     "get_suite",
+    "running_evolves",
     "save_evolve_trial",
     "upsert_evolve_round",
 ]
@@ -132,6 +133,12 @@ def get_evolve(session: Session, name: str, *, for_update: bool = False) -> Evol
     if for_update:
         stmt = stmt.with_for_update()
     return session.execute(stmt).scalar_one_or_none()
+
+
+def running_evolves(session: Session) -> list[str]:
+    """Names of the evolve runs with status ``running``, sorted."""
+    stmt = sa.select(EvolveRow.name).where(EvolveRow.status == "running").order_by(EvolveRow.name)
+    return [str(n) for n in session.execute(stmt).scalars()]
 
 
 def evolve_round(session: Session, name: str, t: int) -> EvolveRoundRow | None:

@@ -7,7 +7,10 @@ longest chain of dependent model calls (a digester's two calls and the reporter,
 and critic calls, then one trial — the policy call, then its checks judged in parallel — for smoke, the
 evaluation and, after an adoption, the held-out split), ``slots`` = ``eval_parallel × trial_parallel``
 (candidates are drafted and evaluated ``eval_parallel`` at a time, each with ``trial_parallel`` trials in
-flight).
+flight; the digesters get the same number of slots, ``digest_parallel``). ``phases_s`` per round: the walls
+of the analysis, of each variant's draft and of its smoke and evaluation (a variant's trials start as soon
+as its draft passed), of all candidates, of the previous winner's held-out evaluation (it runs beside the
+round), and ``other`` (the rest: views, SQL and JSON, judging).
 ``heldout_gain`` = last held-out S − H0's;
 ``heldout_regressions`` = adopted rounds that lowered held-out S by more than δ.
 """
@@ -38,19 +41,20 @@ def _calls(usage: dict[str, Any], roles: tuple[str, ...]) -> int:
 
 
 def _bound_calls(
-    usage: dict[str, Any], rnd: dict[str, Any], config: EvolveConfig, trial_chain: int, slots: int
+    usage: dict[str, Any], rnd: dict[str, Any], config: EvolveConfig, trial_chain: int, slots: int, last: bool
 ) -> float:
+    """In latency units. The previous winner's held-out evaluation runs beside the round (a parallel
+    chain of ``trial_chain``); the last round's own winner is measured after it (serial)."""
     m = max(1, config.params.m)
     drafts = rnd.get("drafts") or {}
     smoked = any("smoke" in d for d in drafts.values())
-    evaluated = _calls(usage, TRIAL_ROLES) > 0
-    adopted = (rnd.get("decision") or {}).get("winner") is not None
+    evaluated = any(d.get("gate") is None for d in drafts.values()) and _calls(usage, TRIAL_ROLES) > 0
+    adopted_last = last and (rnd.get("decision") or {}).get("winner") is not None
+    owed = bool((rnd.get("before") or {}).get("heldout_pending"))
     analysis = (2 if _calls(usage, ("digester",)) else 0) + _calls(usage, ("reporter",))
-    chain = (
-        analysis
-        + -(-_calls(usage, ("proposer", "critic")) // m)
-        + trial_chain * (int(smoked) + int(evaluated) + int(adopted))
-    )
+    drafting = -(-_calls(usage, ("proposer", "critic")) // m)
+    main = analysis + drafting + trial_chain * (int(smoked) + int(evaluated))
+    chain = max(main, trial_chain * int(owed)) + trial_chain * int(adopted_last)
     total = sum(int(u.get("calls", 0)) for u in usage.values())
     return float(max(chain, total / slots))
 
@@ -79,8 +83,11 @@ def decisions_of(store: Store, name: str = "bench") -> list[Any]:
 def _on_cluster(suite: Any, config: EvolveConfig, latency_ms: float, inline: list[Any]) -> dict[str, Any]:
     """The same run on 2 worker processes × (eval_parallel · trial_parallel / 2) threads; walls from SQL
     polled every 50 ms (baseline, then each round's end)."""
-    from rsi_common.dispatch import TASK_EVOLVE_STEP, TASK_QUEUES, KombuDispatcher
+    from rsi_common.coord import Coordinator
+    from rsi_common.dispatch import KombuDispatcher
+    from rsi_worker.cluster.evolve_watch import launch
     from rsi_worker.local.embedded import EmbeddedCluster
+    from rsi_worker.runtime import redis_client
 
     threads = max(1, config.eval_parallel * config.trial_parallel // 2)
     with tempfile.TemporaryDirectory(prefix="rsi-bench-evolve-cluster-") as tmp:
@@ -97,10 +104,9 @@ def _on_cluster(suite: Any, config: EvolveConfig, latency_ms: float, inline: lis
             store.save_suite(suite)
             store.create("bench", suite.name, config)
             store.set_run("bench", status="running")
+            coord = Coordinator(redis_client(cl.settings), lease_s=cl.settings.lease_s)
             t0 = time.perf_counter()
-            KombuDispatcher(str(cl.settings.redis_url)).enqueue(
-                TASK_EVOLVE_STEP, [[], "bench"], TASK_QUEUES[TASK_EVOLVE_STEP]
-            )
+            launch(coord, KombuDispatcher(str(cl.settings.redis_url)), "bench")
             marks: dict[int, float] = {}  # n → when state.t reached n (0: the baseline ended)
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
@@ -156,6 +162,7 @@ def bench_evolve(
             params=RRSIParams(T=rounds, k=k),
             trial_parallel=trial_parallel,
             eval_parallel=eval_parallel,
+            digest_parallel=eval_parallel * trial_parallel,  # every phase gets the bound's slots
             seed=seed,
         )
         store.create("bench", suite.name, config)
@@ -166,6 +173,7 @@ def bench_evolve(
         baseline_s = time.perf_counter() - t0
         per_round: list[dict[str, Any]] = []
         prev = dict((store.run("bench")[4] or {}).get("usage") or {})
+        slots = trial_parallel * eval_parallel
         for _ in range(rounds):
             t1 = time.perf_counter()
             out = run_inline(env, "bench", max_rounds=1)
@@ -182,26 +190,32 @@ def bench_evolve(
             bound = (
                 latency_ms
                 / 1000
-                * _bound_calls(delta_usage, rnd, config, trial_chain, trial_parallel * eval_parallel)
+                * _bound_calls(delta_usage, rnd, config, trial_chain, slots, out.status == "done")
             )
-            held = [h for h in state.get("heldout", []) if h["t"] == t]
+            phases = {name: round(sec, 3) for pt, name, sec in env.phases if pt == t}
+            top = sum(phases.get(k, 0.0) for k in ("analysis", "candidates"))
+            phases["other"] = round(max(0.0, wall - top), 3)  # views, SQL and JSON, judging, state
             per_round.append(
                 {
                     "t": t,
                     "S": state.get("S_t"),
                     "S_star": state.get("S_star"),
-                    "heldout_S": held[-1]["S"] if held else None,
+                    "heldout_S": None,  # measured beside the next round: filled in below
                     "delta": state.get("delta"),
                     "adopted": (rnd.get("decision") or {}).get("winner") is not None,
                     "calls": {r: u["calls"] for r, u in delta_usage.items()},
                     "wall_s": round(wall, 3),
                     "bound_s": round(bound, 3),
                     "wall_over_bound": round(wall / bound, 3) if bound else None,
+                    "phases_s": phases,
                 }
             )
             if out.status in ("done", "failed"):
                 break
         state = store.run("bench")[4] or {}
+        for r in per_round:
+            held = [h for h in state.get("heldout", []) if h["t"] == r["t"]]
+            r["heldout_S"] = held[-1]["S"] if held else None
         inline_decisions = decisions_of(store)
         inline_wall = baseline_s + sum(r["wall_s"] for r in per_round)
         engine.dispose()

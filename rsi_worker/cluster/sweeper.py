@@ -29,6 +29,8 @@ One :func:`sweep` does, in order:
    ``enqueued_at`` older than ``grace_s`` (database clock). Per agent, the newest is triggered
    (``try_begin`` → enqueue, or the pending mark) and all of them are marked; a frozen agent's are
    marked without a trigger; a deferred trigger leaves them for the next sweep.
+5. **Evolve runs** whose chain stopped beating (:func:`~rsi_worker.cluster.evolve_watch.sweep_evolve`):
+   a new lease and a new first step.
 
 Idempotent: a second sweep right after finds nothing to do (asserted by the tests): every lease it
 creates belongs to a queued task (step 2 leaves it) and every pending mark it begins is consumed.
@@ -53,6 +55,7 @@ from rsi_common.config import Settings
 from rsi_common.coord import Coordinator, LeaseHolder
 from rsi_common.dispatch import Dispatcher
 from rsi_common.handoff import COORD_ERRORS, trigger_consolidation
+from rsi_worker.cluster.evolve_watch import sweep_evolve
 from rsi_worker.cluster.recovery import CLOSED_LEASE_GRACE_S, MAX_RERUNS, hand_on, rerun_allowed
 
 __all__ = ["LEASE_EXPIRED_REASON", "MAX_RERUNS", "STALE_REASON", "SweepReport", "sweep"]
@@ -88,6 +91,7 @@ class SweepReport:
         deferred: hand-offs that failed (Redis or broker down); retried next sweep.
         errors: unexpected failures (logged); the sweep went on with the next agent.
         redis_ok: Redis answered the lease checks.
+        evolve_resumed: evolve runs whose lease expired, given a new chain (step 5).
     """
 
     runs_checked: int = 0
@@ -109,12 +113,14 @@ class SweepReport:
     deferred: int = 0
     errors: int = 0
     redis_ok: bool = True
+    evolve_resumed: int = 0
 
     @property
     def actions(self) -> int:
         """Everything the sweep changed (0 for a sweep with nothing to do)."""
         return (self.lease_expired + self.stale + self.leases_deleted + self.enqueued
-                + self.agents_triggered + self.worlds_marked + self.leftover_leases + self.orphaned_pending)
+                + self.agents_triggered + self.worlds_marked + self.leftover_leases + self.orphaned_pending
+                + self.evolve_resumed)
 
     def to_json(self) -> dict[str, Any]:
         """The counts as a JSON object."""
@@ -149,6 +155,8 @@ def sweep(
     if report.redis_ok:
         _sweep_keys(sessions, coord, dispatcher, report)
     _trigger_unenqueued(sessions, coord, dispatcher, report, grace_s=grace_s, limit=limit)
+    if report.redis_ok:
+        report.evolve_resumed = len(sweep_evolve(sessions, coord, dispatcher))
     return report
 
 

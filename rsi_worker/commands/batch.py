@@ -10,7 +10,7 @@ Exit codes: 0 done; 1 unknown agents, a bad selection or name, or some agent end
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -116,37 +116,18 @@ def _runner(rt: Runtime, name: str, *, inline: bool, concurrency: int, attempts:
 
 
 def _with_progress(runner: BatchRunner, agents: list[str], name: str, *, quiet: bool) -> BatchReport:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rsi_worker.commands.jobview import JobProgress
 
-    console = Console(stderr=True, quiet=quiet)
-    columns = (TextColumn("[bold]batch {task.fields[name]}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[counts]}"), TimeElapsedColumn())
-    counts: dict[str, int] = {}
-    with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("batch", total=len(agents), name=name, counts="")
-
-        def advance(outcome: Any) -> None:
-            counts[outcome.status] = counts.get(outcome.status, 0) + 1
-            text = " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
-            progress.update(task, advance=1, counts=text)
-
-        runner.on_outcome = advance
+    with JobProgress.show("batch", name, len(agents), quiet=quiet) as progress:
+        runner.on_outcome = lambda outcome: progress.advance(outcome.status)
         return runner.run(agents)
 
 
 def _print_summary(report: BatchReport) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from rsi_worker.commands.jobview import outcome_table
 
     by_status: dict[str, list[str]] = {}
     for o in report.outcomes.values():
         by_status.setdefault(o.status, []).append(o.agent_id)
-    table = Table(title=f"rsi batch {report.name} ({len(report.outcomes)} agents, {report.seconds:.1f} s)")
-    table.add_column("status")
-    table.add_column("agents", justify="right")
-    table.add_column("examples", overflow="fold")
-    for status, agents in sorted(by_status.items()):
-        more = f" (+{len(agents) - 5})" if len(agents) > 5 else ""
-        table.add_row(status, str(len(agents)), ", ".join(agents[:5]) + more)
-    Console().print(table)
+    title = f"rsi batch {report.name} ({len(report.outcomes)} agents, {report.seconds:.1f} s)"
+    outcome_table(title, by_status, unit="agents")

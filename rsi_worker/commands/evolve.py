@@ -212,9 +212,10 @@ def evolve_run(
     with cli_errors(as_json), _runtime(models=inline) as (rt, env):
         if inline:
             env.stop_file = (run_dir or Path("runs") / name) / "STOP"
+            _unwatch(rt, name)
             out = run_inline(env, name, max_rounds=rounds)
         else:
-            out = _launch(rt, env, name, wait)
+            out = _launch(rt, env, name, wait, quiet=as_json)
     if as_json:
         echo_json(out)
     else:
@@ -224,12 +225,12 @@ def evolve_run(
         raise typer.Exit(1)
 
 
-def _launch(rt: Runtime, env: EvolveEnv, name: str, wait: bool) -> RunOutcome:
+def _launch(rt: Runtime, env: EvolveEnv, name: str, wait: bool, *, quiet: bool = False) -> RunOutcome:
     """Enqueue the run's first ``evolve_step`` on the cluster; with ``wait``, poll its status in SQL."""
-    import time
 
-    from rsi_common.dispatch import TASK_EVOLVE_STEP, TASK_QUEUES, KombuDispatcher
+    from rsi_common.dispatch import KombuDispatcher
     from rsi_common.errors import SettingsError
+    from rsi_worker.cluster.evolve_watch import launch
     from rsi_worker.evolve.engine import RunOutcome
 
     if not rt.settings.redis_url:
@@ -238,17 +239,49 @@ def _launch(rt: Runtime, env: EvolveEnv, name: str, wait: bool) -> RunOutcome:
     if status == "done":
         return RunOutcome("done", int((state or {}).get("t", 0)), 0, "already done")
     env.store.set_run(name, status="running", stop_requested=False)
-    KombuDispatcher(str(rt.settings.redis_url)).enqueue(
-        TASK_EVOLVE_STEP, [[], name], TASK_QUEUES[TASK_EVOLVE_STEP]
-    )
-    while wait:
-        _, _, status, _, state = env.store.run(name)
-        if status != "running":
-            return RunOutcome(status, int((state or {}).get("t", 0)), 0)
-        time.sleep(0.5)
+    if launch(rt.coord, KombuDispatcher(str(rt.settings.redis_url)), name) is None:
+        typer.echo(f"evolve run {name}: a chain of it runs on the cluster; not launched again", err=True)
+    if wait:
+        return _wait(env, name, quiet=quiet)
     return RunOutcome(
         "running", int((state or {}).get("t", 0)), 0, "launched on the cluster; see rsi evolve status"
     )
+
+
+def _wait(env: EvolveEnv, name: str, *, quiet: bool) -> RunOutcome:
+    """Follow the run in SQL until it ends: a bar of its rounds, counted adopted / kept."""
+    from rsi_worker.commands.jobview import JobProgress, poll_until
+    from rsi_worker.evolve.engine import RunOutcome
+
+    _, config, _, _, state = env.store.run(name)
+    seen = [int((state or {}).get("t", 0))]
+    with JobProgress.show("evolve", name, config.params.T, quiet=quiet) as progress:
+        if seen[0]:
+            progress.advance("earlier", seen[0])
+
+        def read() -> RunOutcome | None:
+            _, _, status, _, state = env.store.run(name)
+            t = int((state or {}).get("t", 0))
+            for done in range(seen[0], t):
+                decision = (env.store.round(name, done) or {}).get("decision") or {}
+                progress.advance("adopted" if decision.get("winner") else "kept")
+            seen[0] = max(seen[0], t)
+            return None if status == "running" else RunOutcome(status, t, 0)
+
+        return poll_until(read)
+
+
+def _unwatch(rt: Runtime, name: str) -> None:
+    """An inline run leaves the sweeper's watch; a chain of it on the cluster stops at its next task."""
+    from rsi_common.handoff import COORD_ERRORS
+    from rsi_worker.cluster.evolve_watch import unwatch
+
+    if not rt.settings.redis_url:
+        return
+    try:
+        unwatch(rt.coord, name)
+    except COORD_ERRORS:
+        typer.echo("Redis unavailable: the run stays on the sweeper's watch of the cluster", err=True)
 
 
 @evolve.command("status")

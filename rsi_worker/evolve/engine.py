@@ -23,9 +23,11 @@ evolve split only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -75,6 +77,7 @@ __all__ = [
     "run_step",
     "run_trial_spec",
     "status_of",
+    "with_heldout",
 ]
 
 INFRA_STREAK = 3
@@ -95,6 +98,12 @@ class EvolveEnv:
     settings: Settings = field(default_factory=Settings)
     stop_file: Path | None = None
     usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    phases: list[tuple[int, str, float]] = field(default_factory=list)
+    """``(t, phase, seconds)`` of the phases this process ran (``rsi bench evolve``; never stored)."""
+
+    def phase(self, t: int, name: str, seconds: float) -> None:
+        with _COUNT_LOCK:
+            self.phases.append((t, name, seconds))
 
     @property
     def store(self) -> Store:
@@ -223,11 +232,13 @@ class _Run:
     def baseline(self) -> None:
         p, k = self.config.params, self.config.params.k
         evals = []
-        all_rows = [
-            self.evaluate(-1, f"base{r}", h0(), self.evolve_ids, k, seed_base=r * k)
+        # the R base evaluations and the held-out one are independent: they run side by side
+        jobs: list[Callable[[], Any]] = [
+            functools.partial(self.evaluate, -1, f"base{r}", h0(), self.evolve_ids, k, seed_base=r * k)
             for r in range(self.config.base_evals)
         ]
-        held = self._heldout(-1, h0(), None)
+        jobs.append(functools.partial(self._heldout, -1, h0(), None))
+        *all_rows, held = _each(lambda job: job(), jobs, self.config.eval_parallel)
         self.raise_pending()
         for r, rows in enumerate(all_rows):
             assert rows is not None
@@ -291,12 +302,31 @@ class _Run:
         rows = self.evaluate(t, HELDOUT, harness, self.heldout_ids, k, ref=ref)
         return None if rows is None else self.assembled(rows, self.heldout_ids, k, HELDOUT).S
 
+    def pending_heldout(self, state: Mapping[str, Any]) -> float | None:
+        """The held-out S of the adopted harness whose measurement ``state`` still owes
+        (``heldout_pending``), or ``None`` (nothing owed, or its trials were deferred to the cluster)."""
+        pending = state.get("heldout_pending")
+        if not pending:
+            return None
+        t, variant = int(pending["t"]), str(pending["variant"])
+        payload = ((self.store.round(self.name, t) or {}).get("drafts") or {})[variant]["payload"]
+        return self._heldout(t, materialize(payload), (t, variant))
+
+    def settle_heldout(self) -> None:
+        """At the run's end: measure what ``heldout_pending`` owes, now, and store it with the state."""
+        assert self.state is not None
+        if not self.state.get("heldout_pending"):
+            return
+        held = self.pending_heldout(self.state)
+        self.raise_pending()
+        self._save_state(with_heldout(dict(self.state), held), None, {})
+
     def raise_pending(self) -> None:
         """On the cluster: raise :class:`Pending` when some evaluation deferred trials."""
         if self.deferred:
             raise Pending(list(self.deferred))
 
-    def _save_state(self, state: dict[str, Any], t: int, fields: Mapping[str, Any]) -> None:
+    def _save_state(self, state: dict[str, Any], t: int | None, fields: Mapping[str, Any]) -> None:
         tally = state.setdefault("usage", {})
         for role, u in self.env.usage.items():
             mine = tally.setdefault(role, {})
@@ -392,12 +422,34 @@ class _Run:
             self.store.set_round(self.name, t, before=plain(before))
         incumbent = materialize(before["incumbent"]) if before.get("incumbent") else h0()
         inc_ev = EvalResult.from_json(before["inc_ev"])
+        # the previous winner's held-out evaluation runs beside this round (reporting only: no role
+        # and no decision reads it); its figure is stored with this round's state
+        owed = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rsi-heldout")
+        t_held = time.perf_counter()
+        held_future = owed.submit(self.pending_heldout, before)
+        try:
+            return self._round(t, stored, before, incumbent, inc_ev, held_future, t_held)
+        finally:
+            owed.shutdown(wait=True)
+
+    def _round(
+        self,
+        t: int,
+        stored: Mapping[str, Any],
+        before: Mapping[str, Any],
+        incumbent: Harness,
+        inc_ev: EvalResult,
+        held_future: Future[float | None],
+        t_held: float,
+    ) -> str:
         setup = self.round_setup(before, incumbent)
         views = self.views(before, inc_ev)
         analysis = stored.get("analysis")
         if analysis is None:
+            t_an = time.perf_counter()
             analysis = self.analyze(views)
             self.store.set_round(self.name, t, analysis=plain(analysis), directives=plain(setup))
+            self.env.phase(t, "analysis", time.perf_counter() - t_an)
         drafts: dict[str, Any] = dict(stored.get("drafts") or {})
         p, mode = self.config.params, self.config.mode_config
         delta, S_star, S_t = float(before["delta"]), float(before["S_star"]), float(before["S_t"])
@@ -432,7 +484,6 @@ class _Run:
                 drafts[v] = plain(draft)
                 self.store.set_round(self.name, t, drafts=dict(sorted(drafts.items())))
 
-        _each(draft_one, missing, self.config.eval_parallel)
         stop = (
             StopContext(S_star, delta, S_t, p.invalid_missing_frac, mode.hopeless_rule)
             if mode.early_stop
@@ -461,7 +512,23 @@ class _Run:
             extra = {**asm.ev.extra, "touched_params": list(d.get("set_addresses") or [])}
             return Candidate(v, edits, dataclasses.replace(asm.ev, extra=extra), payload=d["payload"])
 
-        cands = _each(candidate, sorted(drafts), self.config.eval_parallel)
+        def pipeline(item: tuple[int, str]) -> Candidate:
+            """One variant from draft to evaluation: its trials start as soon as its draft passed."""
+            t0 = time.perf_counter()
+            if item in missing:
+                draft_one(item)
+            t1 = time.perf_counter()
+            out = candidate(item[1])
+            self.env.phase(t, f"draft {item[1]}", t1 - t0)
+            self.env.phase(t, f"smoke+evaluation {item[1]}", time.perf_counter() - t1)
+            return out
+
+        t_cands = time.perf_counter()
+        cands = _each(pipeline, list(enumerate("ABCDEFGH"[: p.m])), self.config.eval_parallel)
+        self.env.phase(t, "candidates", time.perf_counter() - t_cands)
+        held = held_future.result()
+        if before.get("heldout_pending"):
+            self.env.phase(t, "heldout (previous winner, beside this round)", time.perf_counter() - t_held)
         self.raise_pending()
         counts = accepted_counts(records, before_t=t)
         winner, decisions = judge(self.config, p, cands, inc_ev, S_star, delta, counts, setup["enabled"])
@@ -473,15 +540,14 @@ class _Run:
             c.ev is None and c.gate_failure in ("smoke_fail", "eval_invalid") for c in cands
         )
         state["infra_streak"] = int(before.get("infra_streak", 0)) + 1 if infra else 0
-        if winner is not None:
+        state = with_heldout(state, held)
+        if winner is not None and self.heldout_ids:
             assert winner.payload is not None
-            held = self._heldout(t, materialize(winner.payload), (t, winner.variant))
-            self.raise_pending()
-            if held is not None:
-                state["heldout"] = [
-                    *state.get("heldout", []),
-                    {"t": t, "version": str(winner.payload["version"]), "S": held},
-                ]
+            state["heldout_pending"] = {
+                "t": t,
+                "variant": winner.variant,
+                "version": str(winner.payload["version"]),
+            }
         self._save_state(state, t, {"decision": record})
         return "adopted" if winner is not None else ("infra" if infra else "kept")
 
@@ -523,6 +589,16 @@ class _Run:
         return {"ok": not missing, "tasks": tasks, "missing": len(missing), "detail": detail}
 
 
+def with_heldout(state: dict[str, Any], held: float | None) -> dict[str, Any]:
+    """``state`` with its owed held-out figure (``heldout_pending``) appended to ``heldout`` as measured
+    (``held``), and nothing owed any more. Unchanged when nothing was owed."""
+    pending = state.pop("heldout_pending", None)
+    if pending and held is not None:
+        entry = {"t": int(pending["t"]), "version": str(pending["version"]), "S": held}
+        state["heldout"] = [*state.get("heldout", []), entry]
+    return state
+
+
 def _each(fn: Callable[[T], R], items: Sequence[T], parallel: int) -> list[R]:
     """``fn`` over ``items`` on up to ``parallel`` threads; results in input order."""
     if parallel <= 1 or len(items) <= 1:
@@ -562,14 +638,16 @@ def run_inline(env: EvolveEnv, name: str, *, max_rounds: int | None = None) -> R
     T, done = run.config.params.T, 0
     while int(run.state["t"]) < T:
         if _stop_asked(env, env.store, name):
+            run.settle_heldout()
             env.store.set_run(name, status="stopped")
             return RunOutcome("stopped", int(run.state["t"]), done, "stop requested")
-        if max_rounds is not None and done >= max_rounds:
+        if max_rounds is not None and done >= max_rounds:  # an owed held-out runs beside the next round
             env.store.set_run(name, status="stopped")
             return RunOutcome("stopped", int(run.state["t"]), done, "round limit of this call")
         run.run_round()
         done += 1
         if int(run.state.get("infra_streak", 0)) >= INFRA_STREAK:
+            run.settle_heldout()
             env.store.set_run(name, status="failed")
             return RunOutcome(
                 "failed",
@@ -577,6 +655,7 @@ def run_inline(env: EvolveEnv, name: str, *, max_rounds: int | None = None) -> R
                 done,
                 f"{INFRA_STREAK} rounds in a row failed on infrastructure",
             )
+    run.settle_heldout()
     env.store.set_run(name, status="done")
     return RunOutcome("done", int(run.state["t"]), done)
 
@@ -602,16 +681,18 @@ def run_step(env: EvolveEnv, name: str) -> RunOutcome:
             run.baseline()
             return RunOutcome("running", 0, 0, "baseline")
         if t >= run.config.params.T:
+            run.settle_heldout()
             env.store.set_run(name, status="done")
             return RunOutcome("done", t, 0)
         if _stop_asked(env, env.store, name):
+            run.settle_heldout()
             env.store.set_run(name, status="stopped")
             return RunOutcome("stopped", t, 0, "stop requested")
         run.run_round()
     except Pending as pending:
         return RunOutcome("pending", t, 0, pending=pending.specs)
     assert run.state is not None
-    if int(run.state.get("infra_streak", 0)) >= INFRA_STREAK:
+    if int(run.state.get("infra_streak", 0)) >= INFRA_STREAK:  # no winner: nothing held-out is owed
         env.store.set_run(name, status="failed")
         return RunOutcome(
             "failed", int(run.state["t"]), 1, f"{INFRA_STREAK} rounds in a row failed on infrastructure"

@@ -18,7 +18,7 @@ from rsi_common.harness import materialize
 from rsi_worker.consolidate.context import load_harness
 from rsi_worker.consolidate.evaluate import StopContext, assemble
 from rsi_worker.consolidate.opening import MAX_KIND_CHARS
-from rsi_worker.evolve.engine import EvolveEnv, _Run
+from rsi_worker.evolve.engine import EvolveEnv, _Run, with_heldout
 from rsi_worker.evolve.judgement import apply_judgement, plain, readjudicate
 from rsi_worker.evolve.store import Store
 from rsi_worker.gate.imported import import_reasons
@@ -141,8 +141,9 @@ def readjudicate_round(
     new["overrides"] = {"delta": delta, "weights": dict(weights or {})}
     state = apply_judgement(rnd["before"], t, cands, decisions, winner)
     state["infra_streak"] = rnd["before"].get("infra_streak", 0)
+    run = _Run(env, name)
+    state = with_heldout(state, run.pending_heldout(rnd["before"]))  # owed by round t − 1
     if winner is not None and winner.payload is not None:
-        run = _Run(env, name)
         held = run._heldout(t, materialize(winner.payload), (t, winner.variant))
         if held is not None:
             state["heldout"] = [
