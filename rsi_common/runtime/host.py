@@ -22,8 +22,8 @@ from rsi_common.db.runtime_models import AgentRuntimeRow, MessageRow, SubagentRo
 from rsi_common.dispatch import QUEUE_AGENTS, TASK_AGENT_TURN
 from rsi_common.errors import InvalidInput
 from rsi_common.runtime.caps import CAP_FIELDS, resolve_caps
-from rsi_common.runtime.host_goals import GoalsHostMixin
 from rsi_common.runtime.host_checks import check_address, check_object, check_session, check_text_field
+from rsi_common.runtime.host_goals import GoalsHostMixin
 from rsi_common.runtime.host_subagents import host_spawn, host_wait, set_spec
 from rsi_common.runtime.messages import Sender, send, wake_after_commit
 from rsi_common.runtime.refine import (
