@@ -254,3 +254,14 @@ def test_the_tick_reruns_a_step_lost_between_the_commit_and_the_step(
     loop = rc.autonomy("A")
     assert loop is not None
     assert (loop["status"], loop["reason"], loop["turns"]) == ("completed", "goal_complete", 2)
+
+
+def test_a_check_factory_that_cannot_load_fails_the_check_and_never_the_turn() -> None:
+    from rsi_common.runtime.checks import run_check, validate_check
+
+    ctx = CheckContext("A", "main", "g", "done")
+    verdict = run_check("no_such_module_x:checks", "sim.done", ctx)
+    assert not verdict.passed and "could not be loaded (ModuleNotFoundError)" in verdict.reason
+    with pytest.raises(InvalidInput, match="RSI_CHECK_FACTORY could not be loaded"):
+        validate_check("no_such_module_x:checks", "sim.done")
+    assert run_check(None, "sim.done", ctx).ok
