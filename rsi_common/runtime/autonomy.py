@@ -268,7 +268,9 @@ def _step(env: _Env, s: Session, sl: _Slice, loop: AutonomyRow, result: TurnResu
     tokens, usd = _turn_spend(s, sl.agent, sl.logical)
     loop.turns, loop.tokens, loop.usd = loop.turns + 1, int(loop.tokens) + tokens, float(loop.usd) + usd
     goal = latest_goal(s, sl.agent)
-    if goal is not None and goal.status == "completed" and goal.updated_at >= loop.started_at:
+    if goal is not None and goal.status not in ("active", "paused") and goal.updated_at < loop.started_at:
+        goal = None  # a goal that ended before this loop began is not this loop's goal
+    if goal is not None and goal.status == "completed":
         _finish(s, loop, "completed", "goal_complete", "runtime")
         return False
     calls = tool_calls_of(result.transcript)
@@ -312,7 +314,7 @@ def _rule(sl: _Slice, loop: AutonomyRow, result: TurnResult, goal: GoalRow | Non
     for name, amount, cap in used:
         if cap is not None and amount >= cap:
             return f"budget:{name}"
-    if goal is not None and goal.status == "budget_exhausted" and goal.updated_at >= loop.started_at:
+    if goal is not None and goal.status == "budget_exhausted":
         return "budget:goal_tokens"
     dim = first_exceeded(sl.caps, spent, DayTotals(turns=1))
     if dim is not None:

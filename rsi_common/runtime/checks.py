@@ -85,7 +85,10 @@ BUILTIN_CHECKS: Mapping[str, Check] = {"sim.done": sim_done}
 @lru_cache(maxsize=8)
 def _factory_checks(spec: str) -> Mapping[str, Check]:
     module, _, name = spec.partition(":")
-    built = getattr(importlib.import_module(module), name)()
+    try:
+        built = getattr(importlib.import_module(module), name)()
+    except Exception as exc:  # named by type only: the factory's message may hold a secret
+        raise InvalidInput(f"RSI_CHECK_FACTORY could not be loaded ({type(exc).__name__})") from None
     if not isinstance(built, Mapping) or not all(isinstance(k, str) and callable(v)
                                                  for k, v in built.items()):
         raise InvalidInput("RSI_CHECK_FACTORY must return a mapping {name: callable}")
@@ -119,7 +122,10 @@ def run_check(factory: str | None, name: str, ctx: CheckContext) -> CheckResult:
     """Run check ``name``. A check that raises, or returns something else than a
     :class:`CheckResult`, fails with a reason naming the error type (never its message, which may
     hold a secret of the check's own credentials)."""
-    check = _checks(factory).get(name)
+    try:
+        check = _checks(factory).get(name)
+    except InvalidInput as exc:
+        return CheckResult(False, str(exc))
     if check is None:
         return CheckResult(False, f"check {name!r} is not available on this worker")
     try:

@@ -225,22 +225,31 @@ def commit_goal(s: Session, agent: str, session: str, io: str, tokens: int,
     row = _active(s, agent)
     if row is None:
         return None
-    row.tokens_used = int(row.tokens_used) + max(0, int(tokens))
+    # atomic on the row: two sessions of one agent may commit at once
+    s.execute(sa.update(GoalRow).where(GoalRow.id == row.id).values(
+        tokens_used=GoalRow.tokens_used + max(0, int(tokens))))
+    s.refresh(row)
     summary = _claim(transcript, row.id)
     new: str | None = None
+    reason = ""
     if summary is not None:
         verdict = None
         if row.check is not None:
             verdict = run_check(check_factory, row.check, CheckContext(
                 agent, session, row.objective, summary, tool_calls_of(transcript), tuple(transcript)))
         if verdict is None or verdict.ok:
-            new, row.reason = "completed", summary or "completed"
+            new, reason = "completed", summary or "completed"
         else:
             add_event(s, agent, "goal", "runtime", goal=row.id, io=io, refused="complete",
                       reason=verdict.reason[:300])
     if new is None and row.token_budget is not None and row.tokens_used >= row.token_budget:
-        new, row.reason = "budget_exhausted", f"{row.tokens_used} of {row.token_budget} tokens used"
-    if new is not None:
-        add_event(s, agent, "goal", "runtime", goal=row.id, io=io, **{"from": row.status, "to": new})
-        row.status = new
+        new, reason = "budget_exhausted", f"{row.tokens_used} of {row.token_budget} tokens used"
+    if new is None:
+        return None
+    done: Any = s.execute(sa.update(GoalRow).where(GoalRow.id == row.id, GoalRow.status == "active")
+                          .values(status=new, reason=reason))
+    if not done.rowcount:
+        return None  # paused or cancelled meanwhile
+    add_event(s, agent, "goal", "runtime", goal=row.id, io=io, **{"from": "active", "to": new})
+    s.refresh(row)
     return new

@@ -3,7 +3,8 @@
 The goal is read from the turn's note ``Goal: <objective> (tokens used <u> of <budget>)`` (the
 turn context or the system prompt). It applies before every other policy rule:
 
-* an objective containing ``stall`` always gets the same answer (:data:`STALL_ANSWER`);
+* an objective containing a word starting with ``stall`` always gets the same answer
+  (:data:`STALL_ANSWER`; ``install`` does not count);
 * an objective containing ``finish after <n> turns``: continuation ``i`` (the input's
   ``(continuation <i> of <max>)``; 0 without one) answers ``progress <i>``; at ``i ≥ n`` the sim calls
   ``goal_complete`` with ``summary="done"`` when it is offered and not yet called in this turn, then
@@ -26,7 +27,7 @@ STALL_ANSWER = "still thinking about the goal"
 _GOAL = re.compile(r"Goal: (.+?) \(tokens used \d+ of \d+\)")
 _FINISH = re.compile(r"\bfinish after (\d+) turns?\b", re.IGNORECASE)
 _CONTINUATION = re.compile(r"\(continuation (\d+) of \d+\)")
-_STALL = re.compile(r"stall", re.IGNORECASE)
+_STALL = re.compile(r"\bstall", re.IGNORECASE)  # "stall", "stalled"; not "install"
 
 
 def goal_reply(request: ModelRequest, turn: Turn) -> list[dict[str, Any]] | None:

@@ -254,3 +254,33 @@ def test_the_tick_reruns_a_step_lost_between_the_commit_and_the_step(
     loop = rc.autonomy("A")
     assert loop is not None
     assert (loop["status"], loop["reason"], loop["turns"]) == ("completed", "goal_complete", 2)
+
+
+def test_a_check_factory_that_cannot_load_fails_the_check_and_never_the_turn() -> None:
+    from rsi_common.runtime.checks import run_check, validate_check
+
+    ctx = CheckContext("A", "main", "g", "done")
+    verdict = run_check("no_such_module_x:checks", "sim.done", ctx)
+    assert not verdict.passed and "could not be loaded (ModuleNotFoundError)" in verdict.reason
+    with pytest.raises(InvalidInput, match="RSI_CHECK_FACTORY could not be loaded"):
+        validate_check("no_such_module_x:checks", "sim.done")
+    assert run_check(None, "sim.done", ctx).ok
+
+
+def test_sim_goal_rules() -> None:
+    from rsi_common.llm.base import ModelRequest
+    from rsi_common.llm.sim.core import Turn
+    from rsi_common.llm.sim.goals import STALL_ANSWER, goal_reply
+
+    def reply(objective: str, text: str) -> Any:
+        note = f"Notes for this turn:\n- Goal: {objective} (tokens used 3 of 10)"
+        request = ModelRequest(model="sim-1", system="", messages=[{"role": "user", "content": text}])
+        return goal_reply(request, Turn(input=text, context=note))
+
+    def text(t: str) -> list[dict[str, str]]:
+        return [{"type": "text", "text": t}]
+
+    assert reply("stall on purpose", "x") == reply("stalled work", "y") == text(STALL_ANSWER)
+    assert reply("install it", "x") is None and reply("anything", "x") is None
+    assert reply("go; finish after 2 turns", CONT.format(i=1, m=5)) == text("progress 1")
+    assert reply("go; finish after 2 turns", CONT.format(i=2, m=5)) == text("done")  # no goal_complete here
