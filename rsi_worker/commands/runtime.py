@@ -46,7 +46,8 @@ class Arg:
     Attributes:
         name: the method's keyword (the option is ``--name`` with ``_`` → ``-``).
         kind: ``id`` (the id grammar), ``text``, ``json`` (JSON text or ``@file``; ``null`` allowed),
-            ``int``, ``float``, ``list`` (positional, one or more), or ``choice`` (one of ``choices``).
+            ``int``, ``float``, ``bool`` (``true`` or ``false``), ``list`` (positional, one or more), or
+            ``choice`` (one of ``choices``).
         help: the help line.
         option: an ``--option`` (omitted: the method's default applies) instead of a positional argument.
         choices: the values of a ``choice``.
@@ -111,6 +112,10 @@ def parse_arg(arg: Arg, raw: Any) -> Any:
         if not math.isfinite(value):
             raise InvalidInput(f"{arg.name}: must be a finite number")
         return value
+    if arg.kind == "bool":
+        if raw not in ("true", "false"):
+            raise InvalidInput(f"{arg.name}: must be true or false")
+        return raw == "true"
     if arg.kind == "choice":
         if raw not in arg.choices:
             raise InvalidInput(f"{arg.name}: must be one of {', '.join(arg.choices)}")
@@ -227,6 +232,56 @@ METHODS: tuple[Method, ...] = (
     Method("set_caps", "Override the daily caps of a root's tree (null: clear).",
            (Arg("root", "id", "The root agent."), Arg("caps", "json", f"The caps or null: {JSON_HELP}")),
            show_value),
+    Method("set_goal", "Set the agent's goal (at most one active or paused goal).", (
+        AGENT, Arg("objective", "text", "What the agent works toward."),
+        Arg("token_budget", "int", "Tokens the goal may use."),
+        Arg("check", "text", "A check of RSI_CHECK_FACTORY that decides completion.", option=True),
+    ), show_value),
+    Method("update_goal", "Pause, resume or cancel the live goal, or change it.", (
+        AGENT, Arg("status", "choice", "paused, active or cancelled.", option=True,
+                   choices=("paused", "active", "cancelled")),
+        Arg("objective", "text", "A new objective.", option=True),
+        Arg("token_budget", "int", "A new token budget.", option=True),
+    ), show_value),
+    Method("goal", "The agent's live goal, else its latest one.", (AGENT,), show_value),
+    Method("add_heartbeat", "A heartbeat posting [heartbeat LABEL] INSTRUCTION on a schedule.", (
+        AGENT, Arg("instruction", "text", "The heartbeat's message."),
+        Arg("every_s", "int", "Every N seconds (≥ 60).", option=True),
+        Arg("cron", "text", "A 5-field UTC cron expression.", option=True),
+        Arg("label", "text", "The label (default heartbeat).", option=True), SESSION,
+    ), show_value),
+    Method("update_heartbeat", "Pause, resume, delete or change a heartbeat.", (
+        Arg("heartbeat", "id", "The heartbeat id."),
+        Arg("status", "choice", "paused, active or deleted.", option=True,
+            choices=("paused", "active", "deleted")),
+        Arg("instruction", "text", "A new instruction.", option=True),
+        Arg("every_s", "int", "Every N seconds (≥ 60).", option=True),
+        Arg("cron", "text", "A 5-field UTC cron expression.", option=True),
+        Arg("label", "text", "A new label.", option=True),
+    ), show_value),
+    Method("start_autonomy", "Start the agent's autonomous loop and wake its first turn.", (
+        AGENT,
+        Arg("budget", "json", f"{{max_turns, max_tokens, max_usd, max_wall_s}}: {JSON_HELP}", option=True),
+        Arg("check", "text", "A check of RSI_CHECK_FACTORY.", option=True), SESSION,
+    ), show_value),
+    Method("stop_autonomy", "Stop the agent's loop (stopped/operator).", (AGENT,), show_value),
+    Method("autonomy", "The agent's running loop, else the last one.", (AGENT,), show_value),
+    Method("refine", "Request a refine run: FOCUS steers, criteria become checks.", (
+        AGENT, Arg("focus", "text", "A direction for the analyst and proposer.", option=True),
+        Arg("criteria", "json", f"At most 5 criteria of at most 500 characters, a JSON list: {JSON_HELP}",
+            option=True),
+        Arg("requested_by", "text", "Who asks (default operator).", option=True),
+    ), show_value),
+    Method("refine_request", "The agent's own refine request (profile refine, cooldown, no criteria).",
+           (AGENT, Arg("focus", "text", "A direction.")), show_value),
+    Method("taint", "Taint the world of the agent's turn IO: it never enters a round again.",
+           (AGENT, Arg("io", "text", "The turn's io."), Arg("reason", "text", "Why.")), show_value),
+    Method("revoke", "Revoke a harness version (rolls back if current).", (
+        AGENT, Arg("version", "text", "The version."), Arg("reason", "text", "Why."),
+        Arg("taint_evidence", "bool", "Also taint the adopting run's worlds (true or false).", option=True),
+    ), show_value),
+    Method("audit", "Per version: origin, requester, focus, run, S★, δ, ΔS, ΔC, diff, revocation.",
+           (AGENT,), show_value),
 )
 
 

@@ -101,7 +101,8 @@ def _shuffled(x: Any, rng: random.Random) -> Any:
     extra=st.dictionaries(
         st.text("abcxyz_", min_size=1, max_size=6),
         st.one_of(
-            st.integers(-5, 5), st.booleans(), st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=5),
+            st.integers(-5, 5), st.booleans(),
+            st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=5),
             st.lists(st.integers(0, 3), max_size=3),
         ),
         max_size=4,

@@ -39,7 +39,8 @@ def ok(env: dict[str, str], *args: str) -> Any:
 
 
 def test_every_runtime_client_method_has_a_row() -> None:
-    public = {n for n, f in vars(RuntimeClient).items() if callable(f) and not n.startswith("_")}
+    public = {n for cls in RuntimeClient.__mro__[:-1] for n, f in vars(cls).items()
+              if callable(f) and not n.startswith("_")}
     assert public == {m.name for m in METHODS}
 
 
@@ -116,3 +117,31 @@ def test_unknown_things_exit_1(env: dict[str, str]) -> None:
         assert result.exit_code == 1 and "not registered" in result.output, result.output
     result = rsi(env, "poll", "sa_nothing")
     assert result.exit_code == 1 and "unknown_handle" in result.output
+
+
+def test_goals_heartbeats_autonomy_and_refinement_through_the_cli(env: dict[str, str]) -> None:
+    assert ok(env, "register", "P", "{}")["agent"] == "P"
+    goal = ok(env, "set_goal", "P", "ship it; finish after 3 turns", "50000", "--check", "sim.done")
+    assert goal["status"] == "active" and goal["token_budget"] == 50_000
+    assert ok(env, "update_goal", "P", "--status", "paused")["status"] == "paused"
+    assert ok(env, "goal", "P")["status"] == "paused"
+    beat = ok(env, "add_heartbeat", "P", "check the queue", "--every-s", "120", "--label", "hb")
+    assert ok(env, "update_heartbeat", beat["id"], "--status", "paused")["status"] == "paused"
+    assert ok(env, "update_goal", "P", "--status", "active")["status"] == "active"
+    loop = ok(env, "start_autonomy", "P", "--budget", '{"max_turns": 2}')
+    assert loop["status"] == "running"
+    assert ok(env, "stop_autonomy", "P")["status"] == "stopped"
+    assert ok(env, "autonomy", "P")["reason"] == "operator"
+    assert ok(env, "audit", "P") == []  # no harness version adopted yet
+    cases = [
+        (("set_goal", "P", "x", "lots"), "token_budget: must be an integer"),
+        (("add_heartbeat", "P", "x", "--every-s", SECRET), "every_s: must be an integer"),
+        (("refine", "P", "--criteria", "[" * 200 + "]" * 200), "criteria: nested deeper than"),
+        (("revoke", "P", "v1", "bad", "--taint-evidence", "yes"), "taint_evidence: must be true or false"),
+        (("update_goal", "P", "--status", "done"), "status: must be one of paused, active, cancelled"),
+    ]
+    for args, message in cases:
+        result = rsi(env, *args)
+        assert result.exit_code == 2, (args[0], result.output)
+        assert message in result.output, result.output
+        assert SECRET not in result.output
