@@ -76,6 +76,7 @@ def test_an_operator_criterion_is_adopted_and_audited(stack: Stack) -> None:
     assert entry["origin"] == "refine" and entry["requested_by"] == "ops" and entry["focus"] == "comparisons"
     assert entry["criteria"] == [TABLE] and entry["run"] == first.run_id and entry["dS"] == 1.0
     assert entry["S_star"] == 0.0 and entry["delta"] == 0.25 and entry["evidence"] and entry["diff"]
+    assert _drafts(stack, first.run_id)["A"]["usage"]["critic"]["calls"] >= 1  # screened in: reviewed
     assert "|---" in stack.say("shop", "c3", PHONES).answer  # the next turn follows the criterion
 
 
@@ -182,7 +183,7 @@ def test_grant_is_pv1_and_exploit_is_pv3_without_a_critic_call(tmp_path: Path) -
     a, b = drafts["A"], drafts["B"]
     assert a["gate"] == "critic_reject" and "privilege: PV1 tool 'admin_console'" in a["detail"]
     assert b["gate"] == "critic_reject" and "privilege: PV3 forbidden term 'rcon'" in b["detail"]
-    assert b["review"]["stage"] == "privilege" and b["usage"].get("critic", {}).get("calls", 0) == 0
+    assert b["review"]["stage"] == "privilege" and b["usage"]["critic"]["calls"] == 0
     assert results[0].status != "adopted"
 
 
