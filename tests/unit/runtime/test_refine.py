@@ -256,3 +256,20 @@ def test_a_registered_agents_run_is_charged_to_its_root_and_a_spent_tree_skips(s
     assert (row.kind, row.root_id, row.agent_id, row.tokens) == ("run", "shop", "shop", first.spend["tokens"])
     _, [second] = _refine(stack, "shop", "", (TABLE,))
     assert (second.status, second.reason) == ("skipped", "tree budget exhausted")
+
+
+def test_the_sweeper_begins_a_refine_stranded_by_a_dead_lease_holder(stack: Stack) -> None:
+    from rsi_common.dispatch import TASK_CONSOLIDATE
+    from rsi_worker.cluster.sweeper import sweep
+
+    stack.say("shop", "c1", LAPTOPS)
+    held = stack.coord.try_begin("shop", "c1:1")
+    assert held is not None
+    req = check_request("", (TABLE,), "ops")
+    schedule_refine(stack.sessions, stack.coord, RecordingDispatcher(), "shop", req)
+    assert stack.coord.delete_lease_if("shop", held.token)  # the holder died; its lease expired
+    dispatcher = RecordingDispatcher()
+    report = sweep(stack.sessions, stack.coord, dispatcher, stack.settings, grace_s=3600)
+    assert report.orphaned_pending == 1
+    [task] = dispatcher.tasks(TASK_CONSOLIDATE)
+    assert task.args[1] == req.io and stack.coord.client.get(pending_refine_key("shop")) is None
