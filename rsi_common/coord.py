@@ -497,8 +497,10 @@ class Coordinator:
         ttl = int(self.client.pttl(lease_key(agent)))
         return None if ttl == -2 else ttl
 
-    def agents_with(self, kind: Literal["lease", "pending"], *, count: int = 500) -> Iterator[str]:
-        """Agent ids that have a ``rsi:{agent}:lease`` (``kind="lease"``) or ``rsi:{agent}:pending`` key.
+    def agents_with(self, kind: Literal["lease", "pending", "pending_refine"], *, count: int = 500
+                    ) -> Iterator[str]:
+        """Agent ids that have a ``rsi:{agent}:lease`` (``kind="lease"``), ``rsi:{agent}:pending`` or
+        ``rsi:{agent}:pending_refine`` key.
 
         Uses ``SCAN`` (never blocks the server): an agent may be reported more than once, and keys
         created or deleted during the iteration may or may not be reported.

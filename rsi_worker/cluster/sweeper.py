@@ -278,7 +278,7 @@ def _sweep_keys(sessions: sessionmaker[Session], coord: Coordinator, dispatcher:
     for agent in leased:
         _guarded(report, agent, functools.partial(_check_lease, sessions, coord, dispatcher, agent, report))
     try:
-        pending = sorted(set(coord.agents_with("pending")))
+        pending = sorted({*coord.agents_with("pending"), *coord.agents_with("pending_refine")})
     except COORD_ERRORS as exc:
         report.redis_ok = False
         log.warning("sweeper: Redis unavailable (%s); pending marks not checked", type(exc).__name__)

@@ -76,6 +76,7 @@ def test_an_operator_criterion_is_adopted_and_audited(stack: Stack) -> None:
     assert entry["origin"] == "refine" and entry["requested_by"] == "ops" and entry["focus"] == "comparisons"
     assert entry["criteria"] == [TABLE] and entry["run"] == first.run_id and entry["dS"] == 1.0
     assert entry["S_star"] == 0.0 and entry["delta"] == 0.25 and entry["evidence"] and entry["diff"]
+    assert _drafts(stack, first.run_id)["A"]["usage"]["critic"]["calls"] >= 1  # screened in: reviewed
     assert "|---" in stack.say("shop", "c3", PHONES).answer  # the next turn follows the criterion
 
 
@@ -182,7 +183,7 @@ def test_grant_is_pv1_and_exploit_is_pv3_without_a_critic_call(tmp_path: Path) -
     a, b = drafts["A"], drafts["B"]
     assert a["gate"] == "critic_reject" and "privilege: PV1 tool 'admin_console'" in a["detail"]
     assert b["gate"] == "critic_reject" and "privilege: PV3 forbidden term 'rcon'" in b["detail"]
-    assert b["review"]["stage"] == "privilege" and b["usage"].get("critic", {}).get("calls", 0) == 0
+    assert b["review"]["stage"] == "privilege" and b["usage"]["critic"]["calls"] == 0
     assert results[0].status != "adopted"
 
 
@@ -255,3 +256,20 @@ def test_a_registered_agents_run_is_charged_to_its_root_and_a_spent_tree_skips(s
     assert (row.kind, row.root_id, row.agent_id, row.tokens) == ("run", "shop", "shop", first.spend["tokens"])
     _, [second] = _refine(stack, "shop", "", (TABLE,))
     assert (second.status, second.reason) == ("skipped", "tree budget exhausted")
+
+
+def test_the_sweeper_begins_a_refine_stranded_by_a_dead_lease_holder(stack: Stack) -> None:
+    from rsi_common.dispatch import TASK_CONSOLIDATE
+    from rsi_worker.cluster.sweeper import sweep
+
+    stack.say("shop", "c1", LAPTOPS)
+    held = stack.coord.try_begin("shop", "c1:1")
+    assert held is not None
+    req = check_request("", (TABLE,), "ops")
+    schedule_refine(stack.sessions, stack.coord, RecordingDispatcher(), "shop", req)
+    assert stack.coord.delete_lease_if("shop", held.token)  # the holder died; its lease expired
+    dispatcher = RecordingDispatcher()
+    report = sweep(stack.sessions, stack.coord, dispatcher, stack.settings, grace_s=3600)
+    assert report.orphaned_pending == 1
+    [task] = dispatcher.tasks(TASK_CONSOLIDATE)
+    assert task.args[1] == req.io and stack.coord.client.get(pending_refine_key("shop")) is None
