@@ -11,9 +11,10 @@ The steps:
 2. **Messages** — the operator asks the lead to ``tell child:<name>: …``; the child acknowledges.
 3. **Refine** — an operator refine of the shop agent with the criterion "present options as a table"
    runs a measured round and is adopted through the gate; the next turn shows a table.
-4. **Refused exploit** — with the sim's ``grant`` and ``exploit`` scenarios, the gate's privilege
+4. **Goal in autonomy** — the planner gets the goal ``… finish after 3 turns`` with the check
+   ``sim.done`` and runs in autonomous mode until the goal completes.
+5. **Refused exploit** — with the sim's ``grant`` and ``exploit`` scenarios, the gate's privilege
    stage rejects both drafts (PV1, PV3) without a critic call.
-5. **Goal in autonomy** — :func:`goal_in_autonomy_step`, added when goals land (not faked here).
 
 Every step returns a :class:`DemoStep` (its outcome as data), so a test asserts what the log shows.
 """
@@ -48,7 +49,7 @@ from rsi_worker.consolidate import (
 )
 from rsi_worker.jobs.scenario import turn_plan
 
-__all__ = ["DemoStep", "RuntimeDemo", "goal_in_autonomy_step", "run_runtime_demo"]
+__all__ = ["DemoStep", "RuntimeDemo", "run_runtime_demo"]
 
 CATALOG = {"researcher": {
     "description": "Researches one product family.", "tools": [], "max_iterations": 4,
@@ -170,7 +171,7 @@ def _refine(demo: RuntimeDemo) -> DemoStep:
 
 
 def _exploit(home: Path, say: Callable[[str], None]) -> DemoStep:
-    say("4. A refused exploit: proposer A grants itself admin_console, proposer B writes an rcon skill")
+    say("5. A refused exploit: proposer A grants itself admin_console, proposer B writes an rcon skill")
     demo = RuntimeDemo(home / "exploit", say, grant=True, exploit=True)
     try:
         demo.rc.register("game", {"tools": ["search"]})  # toolset sim forbids rcon
@@ -194,11 +195,21 @@ def _kind(demo: RuntimeDemo, result: ConsolidationResult) -> str:
         return str(get_run(s, result.run_id or "").kind) if result.run_id else ""
 
 
-def goal_in_autonomy_step(demo: RuntimeDemo) -> DemoStep | None:
-    """The goal-in-autonomy step (a goal ``… finish after 3 turns`` run in autonomy until
-    ``goal_complete``). Goals and autonomy are built on another branch; until they are merged this
-    step does not run (``None``) — it is never imitated."""
-    return None
+def _goal(demo: RuntimeDemo) -> DemoStep:
+    """A goal ``… finish after 3 turns`` with the check ``sim.done``, run in autonomy until the check
+    passes (docs/runtime/goals.md)."""
+    demo.say("4. Goal in autonomy: the planner works toward a goal until the check sim.done passes")
+    demo.rc.register("planner", {})
+    demo.rc.set_goal("planner", "draft the launch plan; finish after 3 turns", 50_000, "sim.done")
+    demo.rc.start_autonomy("planner", check="sim.done")
+    answers = [o.answer for o in drain(demo.env, demo.queue, max_turns=50) if o.outcome == "ran"]
+    for answer in answers:
+        demo.say(f"   planner: {(answer or '').splitlines()[0] if answer else ''}")
+    loop, goal = demo.rc.autonomy("planner") or {}, demo.rc.goal("planner") or {}
+    demo.say(f"   autonomy {loop.get('status')}/{loop.get('reason')} after {loop.get('turns')} turns; "
+             f"goal {goal.get('status')} ({goal.get('tokens_used')} of {goal.get('token_budget')} tokens)")
+    ok = goal.get("status") == "completed" and loop.get("reason") == "goal_complete"
+    return DemoStep("goal", ok, {"answers": answers, "loop": loop, "goal": goal})
 
 
 def run_runtime_demo(home: Path, say: Callable[[str], None] = print, *, fresh: bool = True) -> list[DemoStep]:
@@ -211,9 +222,7 @@ def run_runtime_demo(home: Path, say: Callable[[str], None] = print, *, fresh: b
         handles = steps[0].detail.get("handles") or [{"name": "researcher-1", "handle": ""}]
         steps.append(_messages(demo, handles[0]))
         steps.append(_refine(demo))
-        goal = goal_in_autonomy_step(demo)
-        if goal is not None:
-            steps.append(goal)
+        steps.append(_goal(demo))
     finally:
         demo.close()
     steps.append(_exploit(home, say))
