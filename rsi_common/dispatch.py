@@ -134,9 +134,10 @@ RUNTIME_TASKS: tuple[str, ...] = (TASK_AGENT_TURN, TASK_TICK)
 TASK_SWEEP = "rsi.sweep"
 """``sweep()``: the sweeper (Celery beat)."""
 TASK_EVOLVE_STEP = "rsi.evolve_step"
-"""``evolve_step(results, name)``: one step of an offline evolve run (a chain link and chord body)."""
+"""``evolve_step(results, name, agent, token, fence, io)``: one step of an offline evolve run (a chain link
+and chord body) carrying the run's lease (``rsi_worker/cluster/evolve_watch.py``)."""
 TASK_EVOLVE_TRIAL = "rsi.evolve_trial"
-"""``evolve_trial(name, spec)``: one trial of an evolve run (a chord member)."""
+"""``evolve_trial(name, spec, agent, token, fence, io)``: one trial of an evolve run (a chord member)."""
 
 TASK_DREAM_EPISODES = "rsi.dream_episodes"
 """A chunk of Dream replay episodes (docs/dream/evaluation.md#fan-out)."""

@@ -254,7 +254,8 @@ def _wait(env: EvolveEnv, name: str, *, quiet: bool) -> RunOutcome:
     from rsi_worker.evolve.engine import RunOutcome
 
     _, config, _, _, state = env.store.run(name)
-    seen = [int((state or {}).get("t", 0))]
+    start = int((state or {}).get("t", 0))
+    seen = [start]
     with JobProgress.show("evolve", name, config.params.T, quiet=quiet) as progress:
         if seen[0]:
             progress.advance("earlier", seen[0])
@@ -266,7 +267,7 @@ def _wait(env: EvolveEnv, name: str, *, quiet: bool) -> RunOutcome:
                 decision = (env.store.round(name, done) or {}).get("decision") or {}
                 progress.advance("adopted" if decision.get("winner") else "kept")
             seen[0] = max(seen[0], t)
-            return None if status == "running" else RunOutcome(status, t, 0)
+            return None if status == "running" else RunOutcome(status, t, t - start)
 
         return poll_until(read)
 

@@ -9,7 +9,9 @@
    lowest-scoring tasks, the best of the ``n_success_traces`` highest), the analyst's report, m drafts by
    the proposer and critic (the consolidation roles, ``draft_candidate``), smoke (``smoke_n`` tasks at
    k = 1, no missing trial), each live candidate evaluated on the whole evolve split (early stop in
-   production), Algorithm 2, the new state. A winner is measured on the held-out split for reporting.
+   production), Algorithm 2, the new state. A winner is measured on the held-out split for reporting,
+   beside the next round (``heldout_pending`` until then; the run's end measures what is still owed).
+   Each variant goes from its draft to its smoke and evaluation at once (``eval_parallel`` at a time).
 3. The run ends after T rounds, or after the current round when ``rsi evolve stop`` or a ``STOP`` file
    asked, or after 3 rounds in a row whose every candidate failed on infrastructure (smoke or
    ``eval_invalid``).
