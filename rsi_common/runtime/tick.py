@@ -13,8 +13,12 @@ racing a turn, do no harm:
 5. **idle eviction** — an agent ``idle`` for ``IDLE_EVICT_S`` becomes ``inactive`` and its Redis
    keys (bucket, wake marks, cooldown) are dropped; its next wake rebuilds it from SQL (``admitted``).
 
-Not built yet: heartbeats, the re-enqueue of a turn whose lease expired uncommitted
-(today the broker's redelivery re-runs it), and skipping spent trees.
+6. **expired turn leases** — a turn attempt whose lease expired uncommitted is charged ``lost:`` and
+   re-enqueued, or failed ``worker_lost`` at ``MAX_TURN_ATTEMPTS`` (``rsi_common.runtime.attempts``);
+7. **satisfied waits** — a yielded session whose handles all settled and that has no wake mark (lost
+   with a flush) is woken (``rsi_common.runtime.waits``).
+
+Not built yet: heartbeats and skipping spent trees.
 """
 
 from __future__ import annotations

@@ -243,14 +243,24 @@ def _wait_done(env: TurnEnv, names: list[str], t0: float, timeout_s: float) -> f
     return None
 
 
+def _last_text(messages: list[Any]) -> str | None:
+    """The text of the session's last message when it is the final answer (else ``None``)."""
+    content = messages[-1]["content"] if messages else None
+    if isinstance(content, list) and content and content[0].get("type") == "text":
+        return str(content[0]["text"])
+    return None
+
+
 def _report(env: TurnEnv, names: list[str], topics: list[str], done_at: float | None, expected_wall: float,
             pool: _Workers, kills: int, killed: list[float]) -> dict[str, Any]:
     want = "summary: " + "; ".join(f"finding on {t}" for t in topics)
     with env.factory() as s:
         handles = list(s.execute(sa.select(SubagentRow.id, SubagentRow.status)).all())
         settles = s.execute(sa.select(EventRow.detail).where(EventRow.kind == "settle")).scalars().all()
-        answers = {r.agent_id: r.messages[-1]["content"][0]["text"] if r.messages else None
+        answers = {r.agent_id: _last_text(r.messages)
                    for r in s.execute(sa.select(SessionRow).where(SessionRow.agent_id.in_(names))).scalars()}
+        failed = [dict(e.detail, agent=e.agent_id) for e in s.execute(
+            sa.select(EventRow).where(EventRow.kind == "turn_failed")).scalars()]
         dup_worlds = s.execute(sa.text("SELECT count(*) FROM (SELECT agent_id, io_id FROM rsi_worlds "
                                        "GROUP BY agent_id, io_id HAVING count(*) > 1) d")).scalar_one()
         lost_keys = s.execute(sa.select(sa.func.count()).select_from(SpendRow).where(
@@ -274,7 +284,7 @@ def _report(env: TurnEnv, names: list[str], topics: list[str], done_at: float | 
         "handles_settled_twice": sum(1 for c in per_handle.values() if c > 1),
         "duplicate_worlds": int(dup_worlds), "lost_charges": int(lost_keys),
         "answers_equal_undisturbed": sum(1 for a in answers.values() if a == want),
-        "timed_out": done_at is None,
+        "timed_out": done_at is None, "turns_failed": failed,
     }
     report["wall_met"] = done_at is not None and done_at <= target
     report["exactly_once_met"] = (report["handles_lost"] == 0 and report["handles_settled_twice"] == 0
