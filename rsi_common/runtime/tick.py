@@ -15,8 +15,9 @@ racing a turn, do no harm:
 
 6. **expired turn leases** — a turn attempt whose lease expired uncommitted is charged ``lost:`` and
    re-enqueued, or failed ``worker_lost`` at ``MAX_TURN_ATTEMPTS`` (``rsi_common.runtime.attempts``);
-7. **satisfied waits** — a yielded session whose handles all settled and that has no wake mark (lost
-   with a flush) is woken (``rsi_common.runtime.waits``).
+7. **lost wakes** — a yielded session whose handles all settled, or a mailbox with unconsumed
+   messages, whose wake mark is missing or stale (its message lost to a flush or a killed worker) is
+   woken (``rsi_common.runtime.waits``).
 
 Not built yet: heartbeats and skipping spent trees.
 """
@@ -35,7 +36,7 @@ from rsi_common.runtime.attempts import recover_expired
 from rsi_common.runtime.subagents import LIVE, after_settle, cancel, restore_cancel_flags
 from rsi_common.runtime.tree import set_lifecycle
 from rsi_common.runtime.turns import TurnEnv
-from rsi_common.runtime.waits import wake_satisfied
+from rsi_common.runtime.waits import wake_satisfied, wake_stale_marks
 
 __all__ = ["TickReport", "tick"]
 
@@ -103,7 +104,7 @@ def tick(env: TurnEnv, *, limit: int = 500) -> TickReport:
         redis.delete(*names)
         report.evicted += 1
     report.woken += recover_expired(env).requeued  # expired turn leases (docs/runtime/failures.md)
-    report.woken += wake_satisfied(env)  # satisfied waits whose wake a flush lost
+    report.woken += wake_satisfied(env) + wake_stale_marks(env)  # lost wakes (runtime/waits.py)
     return report
 
 
