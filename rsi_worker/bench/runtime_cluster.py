@@ -149,12 +149,16 @@ def bench_runtime_cluster(*, roots: int = 10, children: int = 10, workers: int =
                       "RSI_RUNTIME__MAX_LIVE_CHILDREN": str(children),
                       "RSI_RUNTIME__MAX_SPAWNS_PER_TURN": str(children),
                       "RSI_RUNTIME__TURN_LEASE_S": "5", "RSI_VISIBILITY_TIMEOUT_S": "10",
+                      # no daily token caps: a killed attempt is charged its whole reservation
+                      # (200,000 tokens), and a kill storm would otherwise refuse the tree's turns
+                      "RSI_RUNTIME__TREE_TOKENS_PER_DAY": "0", "RSI_RUNTIME__AGENT_TOKENS_PER_DAY": "0",
                       "RSI_TASK_SOFT_TIME_LIMIT_S": "6", "RSI_TASK_TIME_LIMIT_S": "8"}
             env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RSI_")}
             env.update(params, RSI_DATABASE_URL=pg.url, RSI_REDIS_URL=rs.url, RSI_HOME=str(home / "home"),
                        RSI_MODEL_FACTORY="rsi_worker.bench.runtime_cluster:sim_factory")
             rt = RuntimeParams(max_running_per_tree=children, max_live_children=children,
-                               max_spawns_per_turn=children, turn_lease_s=5)
+                               max_spawns_per_turn=children, turn_lease_s=5, tree_tokens_per_day=0,
+                               agent_tokens_per_day=0)
             settings = Settings(database_url=pg.url, redis_url=rs.url, home=home / "home", runtime=rt)
             dispatcher = KombuDispatcher(rs.url)
             client = RsiClient(settings, redis=redis.Redis.from_url(rs.client_url), dispatcher=dispatcher)
@@ -256,6 +260,8 @@ def _report(env: TurnEnv, names: list[str], topics: list[str], done_at: float | 
     want = "summary: " + "; ".join(f"finding on {t}" for t in topics)
     with env.factory() as s:
         handles = list(s.execute(sa.select(SubagentRow.id, SubagentRow.status)).all())
+        errors = dict(s.execute(sa.select(SubagentRow.error, sa.func.count()).where(
+            SubagentRow.status != "completed").group_by(SubagentRow.error)).all())
         settles = s.execute(sa.select(EventRow.detail).where(EventRow.kind == "settle")).scalars().all()
         answers = {r.agent_id: _last_text(r.messages)
                    for r in s.execute(sa.select(SessionRow).where(SessionRow.agent_id.in_(names))).scalars()}
@@ -282,6 +288,7 @@ def _report(env: TurnEnv, names: list[str], topics: list[str], done_at: float | 
         "handles": len(handles), "handles_completed": sum(1 for _, st in handles if st == "completed"),
         "handles_lost": n - sum(1 for _, st in handles if st == "completed"),
         "handles_settled_twice": sum(1 for c in per_handle.values() if c > 1),
+        "handle_errors": {str(k): int(v) for k, v in errors.items()},
         "duplicate_worlds": int(dup_worlds), "lost_charges": int(lost_keys),
         "answers_equal_undisturbed": sum(1 for a in answers.values() if a == want),
         "timed_out": done_at is None, "turns_failed": failed,
