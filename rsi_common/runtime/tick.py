@@ -14,10 +14,14 @@ racing a turn, do no harm:
    (:func:`rsi_common.runtime.heartbeats.fire_due`) and wake the mailbox; an autonomy step a killed
    worker lost after its turn's commit runs again (:func:`rsi_common.runtime.autonomy.recover_steps`);
 6. **idle eviction** — an agent ``idle`` for ``IDLE_EVICT_S`` becomes ``inactive`` and its Redis
-   keys (bucket, wake marks, cooldown) are dropped; its next wake rebuilds it from SQL (``admitted``).
+   keys (bucket, wake marks, cooldown) are dropped; its next wake rebuilds it from SQL (``admitted``);
+7. **expired turn leases** — a turn attempt whose lease expired uncommitted is charged ``lost:`` and
+   re-enqueued, or failed ``worker_lost`` at ``MAX_TURN_ATTEMPTS`` (``rsi_common.runtime.attempts``);
+8. **lost wakes** — a yielded session whose handles all settled, or a mailbox with unconsumed
+   messages, whose wake mark is missing or stale (its message lost to a flush or a killed worker) is
+   woken (``rsi_common.runtime.waits``).
 
-Not built yet: the re-enqueue of a turn whose lease expired uncommitted
-(today the broker's redelivery re-runs it), and skipping spent trees.
+Not built yet: skipping spent trees.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from rsi_common.runtime.heartbeats import fire_due
 from rsi_common.runtime.subagents import LIVE, after_settle, cancel, restore_cancel_flags
 from rsi_common.runtime.tree import set_lifecycle
 from rsi_common.runtime.turns import TurnEnv
-from rsi_common.runtime.waits import wake_satisfied
+from rsi_common.runtime.waits import wake_satisfied, wake_stale_marks
 
 __all__ = ["TickReport", "tick"]
 
@@ -109,7 +113,7 @@ def tick(env: TurnEnv, *, limit: int = 500) -> TickReport:
         redis.delete(*names)
         report.evicted += 1
     report.woken += recover_expired(env).requeued  # expired turn leases (docs/runtime/failures.md)
-    report.woken += wake_satisfied(env)  # satisfied waits whose wake a flush lost
+    report.woken += wake_satisfied(env) + wake_stale_marks(env)  # lost wakes (runtime/waits.py)
     return report
 
 

@@ -149,12 +149,16 @@ def bench_runtime_cluster(*, roots: int = 10, children: int = 10, workers: int =
                       "RSI_RUNTIME__MAX_LIVE_CHILDREN": str(children),
                       "RSI_RUNTIME__MAX_SPAWNS_PER_TURN": str(children),
                       "RSI_RUNTIME__TURN_LEASE_S": "5", "RSI_VISIBILITY_TIMEOUT_S": "10",
+                      # no daily token caps: a killed attempt is charged its whole reservation
+                      # (200,000 tokens), and a kill storm would otherwise refuse the tree's turns
+                      "RSI_RUNTIME__TREE_TOKENS_PER_DAY": "0", "RSI_RUNTIME__AGENT_TOKENS_PER_DAY": "0",
                       "RSI_TASK_SOFT_TIME_LIMIT_S": "6", "RSI_TASK_TIME_LIMIT_S": "8"}
             env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RSI_")}
             env.update(params, RSI_DATABASE_URL=pg.url, RSI_REDIS_URL=rs.url, RSI_HOME=str(home / "home"),
                        RSI_MODEL_FACTORY="rsi_worker.bench.runtime_cluster:sim_factory")
             rt = RuntimeParams(max_running_per_tree=children, max_live_children=children,
-                               max_spawns_per_turn=children, turn_lease_s=5)
+                               max_spawns_per_turn=children, turn_lease_s=5, tree_tokens_per_day=0,
+                               agent_tokens_per_day=0)
             settings = Settings(database_url=pg.url, redis_url=rs.url, home=home / "home", runtime=rt)
             dispatcher = KombuDispatcher(rs.url)
             client = RsiClient(settings, redis=redis.Redis.from_url(rs.client_url), dispatcher=dispatcher)
@@ -243,14 +247,26 @@ def _wait_done(env: TurnEnv, names: list[str], t0: float, timeout_s: float) -> f
     return None
 
 
+def _last_text(messages: list[Any]) -> str | None:
+    """The text of the session's last message when it is the final answer (else ``None``)."""
+    content = messages[-1]["content"] if messages else None
+    if isinstance(content, list) and content and content[0].get("type") == "text":
+        return str(content[0]["text"])
+    return None
+
+
 def _report(env: TurnEnv, names: list[str], topics: list[str], done_at: float | None, expected_wall: float,
             pool: _Workers, kills: int, killed: list[float]) -> dict[str, Any]:
     want = "summary: " + "; ".join(f"finding on {t}" for t in topics)
     with env.factory() as s:
         handles = list(s.execute(sa.select(SubagentRow.id, SubagentRow.status)).all())
+        errors = dict(s.execute(sa.select(SubagentRow.error, sa.func.count()).where(
+            SubagentRow.status != "completed").group_by(SubagentRow.error)).all())
         settles = s.execute(sa.select(EventRow.detail).where(EventRow.kind == "settle")).scalars().all()
-        answers = {r.agent_id: r.messages[-1]["content"][0]["text"] if r.messages else None
+        answers = {r.agent_id: _last_text(r.messages)
                    for r in s.execute(sa.select(SessionRow).where(SessionRow.agent_id.in_(names))).scalars()}
+        failed = [dict(e.detail, agent=e.agent_id) for e in s.execute(
+            sa.select(EventRow).where(EventRow.kind == "turn_failed")).scalars()]
         dup_worlds = s.execute(sa.text("SELECT count(*) FROM (SELECT agent_id, io_id FROM rsi_worlds "
                                        "GROUP BY agent_id, io_id HAVING count(*) > 1) d")).scalar_one()
         lost_keys = s.execute(sa.select(sa.func.count()).select_from(SpendRow).where(
@@ -272,9 +288,10 @@ def _report(env: TurnEnv, names: list[str], topics: list[str], done_at: float | 
         "handles": len(handles), "handles_completed": sum(1 for _, st in handles if st == "completed"),
         "handles_lost": n - sum(1 for _, st in handles if st == "completed"),
         "handles_settled_twice": sum(1 for c in per_handle.values() if c > 1),
+        "handle_errors": {str(k): int(v) for k, v in errors.items()},
         "duplicate_worlds": int(dup_worlds), "lost_charges": int(lost_keys),
         "answers_equal_undisturbed": sum(1 for a in answers.values() if a == want),
-        "timed_out": done_at is None,
+        "timed_out": done_at is None, "turns_failed": failed,
     }
     report["wall_met"] = done_at is not None and done_at <= target
     report["exactly_once_met"] = (report["handles_lost"] == 0 and report["handles_settled_twice"] == 0

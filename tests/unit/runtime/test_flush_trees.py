@@ -107,3 +107,30 @@ def test_a_flushall_across_twenty_trees_gives_identical_results(
         assert sorted(set(s.execute(sa.select(SubagentRow.status)).scalars())) == ["completed"]
     assert all(rc.tree(f"T{t}")["spend"]["spawns"] == 2 for t in (0, TREES - 1))
     client.close()
+
+
+def test_a_wake_whose_message_was_lost_is_redone_once_its_mark_is_stale(
+        engine: Engine, fake_redis: Any, tmp_path: Any) -> None:
+    """A worker killed between the broker's pop and its unacked record loses the message and leaves
+    the wake mark: a fresh mark is trusted, a stale one (``STALE_WAKE_S``) is redone by the tick."""
+    from rsi_common.kernel.testing import ScriptedModel
+    from rsi_common.runtime.waits import STALE_WAKE_S
+
+    client = _client(engine, fake_redis, tmp_path)
+    queue: deque[tuple[str, str]] = deque()
+    model = ScriptedModel([policy], repeat_last=True, provider="sim", model="sim-1")
+    env = TurnEnv(client, RuntimeParams(), model, lambda a, s: queue.append((a, s)))
+    rc = RuntimeClient(client, params=env.params, wake=env.wake)
+    rc.register("P", {"system_parts": [["lead", LEAD]], "subagents": CATALOG})
+    rc.start_turn("P", "a")
+    drain(env, deque([queue.popleft()]))  # the lead spawns its child and yields
+    (child,) = list(queue)
+    queue.clear()  # the child's task is lost; its mark stays
+    mark = keys.wake(*child)
+    fake_redis.set(mark, "1", ex=keys.WAKE_TTL_S - STALE_WAKE_S + 5)
+    assert child not in tick(env).woken and not queue
+    fake_redis.expire(mark, keys.WAKE_TTL_S - STALE_WAKE_S - 1)
+    assert child in tick(env).woken
+    drain(env, queue)
+    assert _answers(rc) == {"P": "summary: finding on a"}
+    client.close()
