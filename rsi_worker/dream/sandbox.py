@@ -5,15 +5,18 @@ Two gates, in order:
 1. :func:`check_source`, an AST check before anything runs: imports only from
    :data:`ALLOWED_IMPORTS` (no relative import), none of :data:`FORBIDDEN_NAMES`, no attribute and no
    name starting with ``__``, top-level functions ``plan_grid`` and ``choose``.
-2. :class:`SandboxSession`: one forked child per episode. Before the code is even loaded the child
-   keeps only its two pipe ends as fds 0 and 1 and sets ``RLIMIT_NOFILE`` to 2 (no file, no socket
-   can be opened), ``RLIMIT_CPU``, ``RLIMIT_AS`` (the address space at fork + the memory limit),
-   ``RLIMIT_FSIZE`` 0, ``RLIMIT_NPROC`` 0 and ``RLIMIT_CORE`` 0, and enters a new network namespace
-   (``unshare(CLONE_NEWNET)``, or ``CLONE_NEWUSER | CLONE_NEWNET`` unprivileged) when the kernel
-   allows it; where it does not, the descriptor limit and the replaced socket constructors are the
-   network barrier (:attr:`SandboxSession.network`). The code runs with a reduced set of builtins and
-   an ``__import__`` that admits the allowed modules only. The parent enforces the episode's wall
-   limit with ``select`` and kills the child (SIGKILL) when it passes: stop ``timeout``; a child that
+2. :class:`SandboxSession`: one forked child per episode, forked from the worker's zygote
+   (:mod:`rsi_worker.dream.zygote`; the child's side is :mod:`rsi_worker.dream.confine`), or from
+   this process where no zygote can be started. Before the code is even loaded the child keeps only
+   its two pipe ends as fds 0 and 1 and sets ``RLIMIT_NOFILE`` to 2 (no file, no socket can be
+   opened), ``RLIMIT_CPU``, ``RLIMIT_AS`` (the address space at fork + the memory limit),
+   ``RLIMIT_FSIZE`` 0, ``RLIMIT_NPROC`` 0 and ``RLIMIT_CORE`` 0, and is in a new network namespace
+   (``unshare(CLONE_NEWNET)``, or ``CLONE_NEWUSER | CLONE_NEWNET`` unprivileged; entered once by the
+   zygote, or by the child itself) when the kernel allows it; where it does not, the descriptor
+   limit and the replaced socket constructors are the network barrier
+   (:attr:`SandboxSession.network`). The code runs with a reduced set of builtins and an
+   ``__import__`` that admits the allowed modules only. The parent enforces the episode's wall limit
+   with ``select`` and kills the child (SIGKILL) when it passes: stop ``timeout``; a child that
    raises, dies or answers malformed: stop ``error``. The parent process is never touched by the code.
 """
 
@@ -265,6 +268,10 @@ class SandboxSession:
                         code, to_child_r, from_child_w, lim.cpu_s, lim.memory_bytes, network, self._job
                     )
                 self.pid = pid
+        except BaseException:
+            os.close(to_child_w)
+            os.close(from_child_r)
+            raise
         finally:
             os.close(to_child_r)
             os.close(from_child_w)
