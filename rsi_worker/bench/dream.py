@@ -134,7 +134,7 @@ def _cluster_sweep(
         tempfile.TemporaryDirectory() as tmp,
         EmbeddedCluster(Settings(home=Path(tmp)), workers=workers, concurrency=1, mode="embedded-redis") as c,
     ):
-        c.wait_ready(60.0)
+        c.wait_ready(180.0)  # worker start-up takes ~50 s at load 10 on 2 cores
         app = create_app(c.settings)
         engine = make_engine(c.settings.database_url)
         sessions = session_factory(engine)
