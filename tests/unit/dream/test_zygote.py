@@ -101,5 +101,7 @@ def test_without_a_zygote_the_worker_forks_the_episode(
     monkeypatch.setattr(zygote_module.sys, "executable", "/nonexistent/python")
     result, launcher = _run(toy)
     assert launcher == "fork" and result == expected
-    assert _run(toy)[1] == "fork"  # no new start is tried during the pause
+    monkeypatch.undo()  # an interpreter again, but no new start is tried during the pause
+    monkeypatch.setattr(zygote_module, "_ZYGOTE", fresh)
+    assert _run(toy)[1] == "fork" and fresh.pid == 0
     fresh.close()
