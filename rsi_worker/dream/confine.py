@@ -52,6 +52,7 @@ __all__ = [
     "ALLOWED_IMPORTS",
     "REAP_GRACE_S",
     "child_main",
+    "encode_msg",
     "enter_network_namespace",
     "load_namespace",
     "read_frame",
@@ -229,10 +230,15 @@ def confine(rfd: int, wfd: int, cpu_s: int, memory_bytes: int) -> None:
 
 
 # -- the child's messages ----------------------------------------------------------------------------
-def send_msg(fd: int, obj: Any) -> None:
-    """Length-prefixed (``>I``) JSON on ``fd``."""
+def encode_msg(obj: Any) -> bytes:
+    """Length-prefixed (``>I``) JSON."""
     data = json.dumps(obj, allow_nan=False, default=str).encode()
-    data = struct.pack(">I", len(data)) + data
+    return struct.pack(">I", len(data)) + data
+
+
+def send_msg(fd: int, obj: Any | bytes) -> None:
+    """:func:`encode_msg` of ``obj`` (or the already encoded bytes) on ``fd``."""
+    data = obj if isinstance(obj, bytes) else encode_msg(obj)
     while data:
         data = data[os.write(fd, data) :]
 
