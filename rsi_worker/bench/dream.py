@@ -279,9 +279,18 @@ def _sandbox_overhead(episodes: int) -> dict[str, Any]:
 
 
 def bench_dream(
-    *, tasks: int = 20, worlds: int = 8, workers: int = 2, episodes: int = 40, max_cycles: int = 4
+    *,
+    tasks: int = 20,
+    worlds: int = 8,
+    workers: int = 2,
+    episodes: int = 40,
+    max_cycles: int = 4,
+    sandbox_only: bool = False,
 ) -> dict[str, Any]:
-    """The flat report (module docstring)."""
+    """The flat report (module docstring); ``sandbox_only``: part 4 alone, from this process as it
+    is (small: its bare fork is not a worker's)."""
+    if sandbox_only:
+        return _sandbox_overhead(episodes)
     star, promoted, statuses = _winner(max_cycles)
     report: dict[str, Any] = {
         "promoted": promoted,
