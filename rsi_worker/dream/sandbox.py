@@ -266,6 +266,7 @@ class SandboxSession:
             if code is not None and self.limits.zygote:
                 self._spawn(code, to_child_r, from_child_w)
             if not self.pid:
+                confine.load_libc()
                 pid = os.fork()
                 if pid == 0:  # pragma: no cover - the child's coverage is not collected
                     network = None if self.limits.network_namespace else "nofile"
