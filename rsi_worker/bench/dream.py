@@ -22,7 +22,10 @@ docs/dream/README.md#measured).
    episode) and in a child forked from this process (the former path, with its own network
    namespace); the median, p90 and p99 of the differences, beside the median of a bare fork + exit +
    wait of this process (large after the cycles and the sweep: what the zygote avoids) and the load
-   average.
+   average. On a loaded machine wall time mostly measures waiting for a core, so the CPU time per
+   episode of every process involved (this one, the zygote, the children) is reported too, as the
+   mean difference from the in-process episode (``sandbox_cpu_overhead_ms``, and for the direct
+   fork).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from rsi_worker.dream.replay import LiveQuestion, ReplayQuestion, run_episode
 from rsi_worker.dream.sandbox import SandboxLimits, SandboxSession
 from rsi_worker.dream.simtasks import SimSearchTask, generate_worlds
 from rsi_worker.dream.tree import TreeWorld
+from rsi_worker.dream.zygote import zygote
 
 __all__ = ["bench_dream"]
 
@@ -130,7 +134,7 @@ def _cluster_sweep(
         tempfile.TemporaryDirectory() as tmp,
         EmbeddedCluster(Settings(home=Path(tmp)), workers=workers, concurrency=1, mode="embedded-redis") as c,
     ):
-        c.wait_ready(60.0)
+        c.wait_ready(180.0)  # worker start-up takes ~50 s at load 10 on 2 cores
         app = create_app(c.settings)
         engine = make_engine(c.settings.database_url)
         sessions = session_factory(engine)
@@ -199,6 +203,35 @@ def _pct(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3, 2)
 
 
+def _zygote_cpu_s(pid: int) -> float:
+    """CPU seconds of the zygote and its reaped children (``/proc/<pid>/stat``: utime, stime,
+    cutime, cstime, in clock ticks)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_ms_per_episode(code: PolicyCode, ws: list[TreeWorld], limits: SandboxLimits | None) -> float:
+    """CPU ms per episode, every process included: this one, its reaped children (direct forks) and
+    the zygote with its reaped children; ``limits`` None = in process. Unlike wall time it barely
+    depends on the machine's load."""
+    z = zygote()
+    t, kids, zcpu = time.process_time(), os.times(), _zygote_cpu_s(z.pid)
+    for w in ws:
+        if limits is None:
+            with code.session() as s:
+                run_episode(ReplayQuestion(w), s, 0.6)
+        else:
+            with SandboxSession(code.source, limits) as box:
+                run_episode(ReplayQuestion(w), box, 0.6)
+    z.sync()  # the last child is reaped, its CPU counted
+    after = os.times()
+    total = time.process_time() - t
+    total += (after.children_user + after.children_system) - (kids.children_user + kids.children_system)
+    total += _zygote_cpu_s(z.pid) - zcpu
+    return total * 1e3 / len(ws)
+
+
 def _sandbox_overhead(episodes: int) -> dict[str, Any]:
     code = builtin("parallel_refine")
     ws = generate_worlds(11, episodes)
@@ -225,6 +258,9 @@ def _sandbox_overhead(episodes: int) -> dict[str, Any]:
         inproc.append(t1 - t)
         diffs.append((t2 - t1) - (t1 - t))
         diffs_direct.append((t3 - t2) - (t1 - t))
+    cpu_in = _cpu_ms_per_episode(code, ws, None)
+    cpu_zygote = _cpu_ms_per_episode(code, ws, SandboxLimits())
+    cpu_direct = _cpu_ms_per_episode(code, ws, direct)
     return {
         "sandbox_episodes": episodes,
         "sandbox_launcher": launcher,
@@ -234,6 +270,8 @@ def _sandbox_overhead(episodes: int) -> dict[str, Any]:
         "sandbox_overhead_p99_ms": _pct(diffs, 0.99),
         "sandbox_first_episode_ms": round(first_ms, 2),
         "sandbox_overhead_direct_fork_median_ms": round(statistics.median(diffs_direct) * 1e3, 2),
+        "sandbox_cpu_overhead_ms": round(cpu_zygote - cpu_in, 2),
+        "sandbox_cpu_overhead_direct_fork_ms": round(cpu_direct - cpu_in, 2),
         "inprocess_episode_median_ms": round(statistics.median(inproc) * 1e3, 2),
         "bare_fork_median_ms": _bare_fork_ms(),
         "load_average_1m": round(os.getloadavg()[0], 2),
@@ -241,9 +279,18 @@ def _sandbox_overhead(episodes: int) -> dict[str, Any]:
 
 
 def bench_dream(
-    *, tasks: int = 20, worlds: int = 8, workers: int = 2, episodes: int = 40, max_cycles: int = 4
+    *,
+    tasks: int = 20,
+    worlds: int = 8,
+    workers: int = 2,
+    episodes: int = 40,
+    max_cycles: int = 4,
+    sandbox_only: bool = False,
 ) -> dict[str, Any]:
-    """The flat report (module docstring)."""
+    """The flat report (module docstring); ``sandbox_only``: part 4 alone, from this process as it
+    is (small: its bare fork is not a worker's)."""
+    if sandbox_only:
+        return _sandbox_overhead(episodes)
     star, promoted, statuses = _winner(max_cycles)
     report: dict[str, Any] = {
         "promoted": promoted,

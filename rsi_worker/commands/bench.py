@@ -249,12 +249,17 @@ def bench_dream_cmd(
     worlds: int = typer.Option(8, "--worlds", min=1, help="Generated worlds of the timed sweep."),
     workers: int = typer.Option(2, "--workers", min=1, help="Worker processes of the distributed sweep."),
     episodes: int = typer.Option(40, "--episodes", min=1, help="Episodes of the sandbox overhead figure."),
+    sandbox_only: bool = typer.Option(
+        False, "--sandbox-only", help="Only the sandbox overhead (seconds, from a fresh small process)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Dream: attempts/tokens to the incumbent's best (π★ vs π⁰), sweep wall vs bound, sandbox overhead."""
     from rsi_worker.bench.dream import bench_dream
 
-    report = bench_dream(tasks=tasks, worlds=worlds, workers=workers, episodes=episodes)
+    report = bench_dream(
+        tasks=tasks, worlds=worlds, workers=workers, episodes=episodes, sandbox_only=sandbox_only
+    )
     _print_flat(report, "rsi bench dream (target sandbox overhead < 20 ms median)", as_json)
 
 

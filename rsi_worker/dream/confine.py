@@ -52,7 +52,9 @@ __all__ = [
     "ALLOWED_IMPORTS",
     "REAP_GRACE_S",
     "child_main",
+    "encode_msg",
     "enter_network_namespace",
+    "load_libc",
     "load_namespace",
     "read_frame",
     "send_msg",
@@ -173,15 +175,23 @@ def load_namespace(code: types.CodeType) -> dict[str, Any]:
 _libc: Any = None
 
 
-def enter_network_namespace() -> str:
-    """``unshare(CLONE_NEWNET)``, else ``CLONE_NEWUSER | CLONE_NEWNET``; the barrier now in force:
-    ``netns``, ``userns+netns`` or ``nofile`` (neither permitted: the descriptor limit alone)."""
+def load_libc() -> None:
+    """Load libc for :func:`enter_network_namespace`; called before forking, so a child never runs
+    the dynamic loader (a lock another thread of a worker may have held at the fork)."""
     global _libc
     if _libc is None:
         try:
             _libc = ctypes.CDLL(None, use_errno=True)
         except OSError:  # pragma: no cover - no dynamic libc
-            return "nofile"
+            _libc = False
+
+
+def enter_network_namespace() -> str:
+    """``unshare(CLONE_NEWNET)``, else ``CLONE_NEWUSER | CLONE_NEWNET``; the barrier now in force:
+    ``netns``, ``userns+netns`` or ``nofile`` (neither permitted, or libc not loaded by
+    :func:`load_libc`: the descriptor limit alone)."""
+    if not _libc:
+        return "nofile"
     for flags, name in ((_CLONE_NEWNET, "netns"), (_CLONE_NEWUSER | _CLONE_NEWNET, "userns+netns")):
         if _libc.unshare(flags) == 0:
             return name
@@ -229,10 +239,15 @@ def confine(rfd: int, wfd: int, cpu_s: int, memory_bytes: int) -> None:
 
 
 # -- the child's messages ----------------------------------------------------------------------------
-def send_msg(fd: int, obj: Any) -> None:
-    """Length-prefixed (``>I``) JSON on ``fd``."""
+def encode_msg(obj: Any) -> bytes:
+    """Length-prefixed (``>I``) JSON."""
     data = json.dumps(obj, allow_nan=False, default=str).encode()
-    data = struct.pack(">I", len(data)) + data
+    return struct.pack(">I", len(data)) + data
+
+
+def send_msg(fd: int, obj: Any | bytes) -> None:
+    """:func:`encode_msg` of ``obj`` (or the already encoded bytes) on ``fd``."""
+    data = obj if isinstance(obj, bytes) else encode_msg(obj)
     while data:
         data = data[os.write(fd, data) :]
 
@@ -373,6 +388,7 @@ def zygote_main(fd: int) -> None:
     """Serve spawn and reap requests on the Unix socket ``fd`` until end of file (module docstring).
 
     The network namespace is entered once, here, so every child starts inside it at no cost."""
+    load_libc()
     network = enter_network_namespace()
     sock = socket.socket(fileno=fd)
     live: set[int] = set()

@@ -215,7 +215,7 @@ class ReplayQuestion:
 
     def view(self) -> PolicyView:
         """The closures over a fresh snapshot."""
-        return view_from_data(self.snapshot())
+        return view_from_data(self.snapshot(), fresh=True)  # built anew, so already private
 
     def floor(self) -> float:
         return self.world.floor

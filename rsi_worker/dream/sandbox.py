@@ -5,15 +5,18 @@ Two gates, in order:
 1. :func:`check_source`, an AST check before anything runs: imports only from
    :data:`ALLOWED_IMPORTS` (no relative import), none of :data:`FORBIDDEN_NAMES`, no attribute and no
    name starting with ``__``, top-level functions ``plan_grid`` and ``choose``.
-2. :class:`SandboxSession`: one forked child per episode. Before the code is even loaded the child
-   keeps only its two pipe ends as fds 0 and 1 and sets ``RLIMIT_NOFILE`` to 2 (no file, no socket
-   can be opened), ``RLIMIT_CPU``, ``RLIMIT_AS`` (the address space at fork + the memory limit),
-   ``RLIMIT_FSIZE`` 0, ``RLIMIT_NPROC`` 0 and ``RLIMIT_CORE`` 0, and enters a new network namespace
-   (``unshare(CLONE_NEWNET)``, or ``CLONE_NEWUSER | CLONE_NEWNET`` unprivileged) when the kernel
-   allows it; where it does not, the descriptor limit and the replaced socket constructors are the
-   network barrier (:attr:`SandboxSession.network`). The code runs with a reduced set of builtins and
-   an ``__import__`` that admits the allowed modules only. The parent enforces the episode's wall
-   limit with ``select`` and kills the child (SIGKILL) when it passes: stop ``timeout``; a child that
+2. :class:`SandboxSession`: one forked child per episode, forked from the worker's zygote
+   (:mod:`rsi_worker.dream.zygote`; the child's side is :mod:`rsi_worker.dream.confine`), or from
+   this process where no zygote can be started. Before the code is even loaded the child keeps only
+   its two pipe ends as fds 0 and 1 and sets ``RLIMIT_NOFILE`` to 2 (no file, no socket can be
+   opened), ``RLIMIT_CPU``, ``RLIMIT_AS`` (the address space at fork + the memory limit),
+   ``RLIMIT_FSIZE`` 0, ``RLIMIT_NPROC`` 0 and ``RLIMIT_CORE`` 0, and is in a new network namespace
+   (``unshare(CLONE_NEWNET)``, or ``CLONE_NEWUSER | CLONE_NEWNET`` unprivileged; entered once by the
+   zygote, or by the child itself) when the kernel allows it; where it does not, the descriptor
+   limit and the replaced socket constructors are the network barrier
+   (:attr:`SandboxSession.network`). The code runs with a reduced set of builtins and an
+   ``__import__`` that admits the allowed modules only. The parent enforces the episode's wall limit
+   with ``select`` and kills the child (SIGKILL) when it passes: stop ``timeout``; a child that
    raises, dies or answers malformed: stop ``error``. The parent process is never touched by the code.
 """
 
@@ -76,6 +79,8 @@ FORBIDDEN_NAMES = frozenset(
     }
 )
 _MAX_MESSAGE_BYTES = 4_000_000
+_PREWRITE_BYTES = 16_384
+"""A first message up to this size is written before the fork (a pipe holds 64 KiB on Linux)."""
 
 
 class PolicyRejected(InvalidInput):
@@ -244,7 +249,9 @@ class SandboxSession:
             self._start()
         return self
 
-    def _start(self) -> None:
+    def _start(self, first: bytes | None = None) -> None:
+        """Fork the child; ``first`` (the episode's first message, at most :data:`_PREWRITE_BYTES`)
+        is written into its pipe before the fork is asked for, so the child finds it at once."""
         code = None
         if self._job is None:
             try:
@@ -254,9 +261,12 @@ class SandboxSession:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         try:
+            if first is not None:
+                confine.send_msg(to_child_w, first)  # fits in the empty pipe: never blocks
             if code is not None and self.limits.zygote:
                 self._spawn(code, to_child_r, from_child_w)
             if not self.pid:
+                confine.load_libc()
                 pid = os.fork()
                 if pid == 0:  # pragma: no cover - the child's coverage is not collected
                     network = None if self.limits.network_namespace else "nofile"
@@ -265,6 +275,10 @@ class SandboxSession:
                         code, to_child_r, from_child_w, lim.cpu_s, lim.memory_bytes, network, self._job
                     )
                 self.pid = pid
+        except BaseException:
+            os.close(to_child_w)
+            os.close(from_child_r)
+            raise
         finally:
             os.close(to_child_r)
             os.close(from_child_w)
@@ -317,7 +331,9 @@ class SandboxSession:
             if self._used:
                 raise PolicyFailure("the policy process is gone")
             self._used = True
-            self._start()
+            data = confine.encode_msg(msg)
+            self._start(data if len(data) <= _PREWRITE_BYTES else None)
+            msg = None if len(data) <= _PREWRITE_BYTES else data
         try:
             if msg is not None:
                 confine.send_msg(self._w, msg)

@@ -122,7 +122,11 @@ class Zygote:
                 if self._sock is None or self.pid == 0:
                     if attempt or self._sock is not None:
                         log.warning("the sandbox zygote is gone; restarting it")
-                    self._start()
+                    try:
+                        self._start()
+                    except ZygoteUnavailable:
+                        self._broken_until = time.monotonic() + RETRY_PAUSE_S
+                        raise
                 try:
                     reply = self._request(header, blob, fds)
                 except (OSError, EOFError, ValueError) as exc:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -101,5 +104,25 @@ def test_without_a_zygote_the_worker_forks_the_episode(
     monkeypatch.setattr(zygote_module.sys, "executable", "/nonexistent/python")
     result, launcher = _run(toy)
     assert launcher == "fork" and result == expected
-    assert _run(toy)[1] == "fork"  # no new start is tried during the pause
+    monkeypatch.undo()  # an interpreter again, but no new start is tried during the pause
+    monkeypatch.setattr(zygote_module, "_ZYGOTE", fresh)
+    assert _run(toy)[1] == "fork" and fresh.pid == 0
     fresh.close()
+
+
+def test_the_zygote_loads_the_standard_library_and_the_view_only() -> None:
+    root = str(Path(zygote_module.__file__).resolve().parents[2])
+    probe = (
+        f"import sys; sys.path.insert(0, {root!r}); import rsi_worker.dream.confine; "
+        "std = sys.stdlib_module_names | {'__main__'}; "
+        "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] not in std)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == [
+        "rsi_worker",
+        "rsi_worker.dream",
+        "rsi_worker.dream.confine",
+        "rsi_worker.dream.view",
+    ]
