@@ -56,7 +56,7 @@ from rsi_worker.consolidate.opening import (
 from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.signals import unread_pairs
-from rsi_worker.consolidate.spend import over_cap, spend_summary
+from rsi_worker.consolidate.spend import renew_over_cap, spend_summary
 from rsi_worker.consolidate.state import EMPTY_DIGEST, ConsolidationState
 from rsi_worker.consolidate.worlds import PoolWorld, WorldPool
 
@@ -126,7 +126,10 @@ def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CO
         nxt = _nothing_to_learn(ctx, worlds, fresh, t0)
         ctx.skipped_worlds = dict(pool.skipped)
         session.commit()
-    if nxt is None or over_cap(deps, lease.agent) is not None or not deps.coord.renew(lease):
+    if nxt is None:
+        return None
+    renewed, capped = renew_over_cap(deps, lease)  # one Redis round trip
+    if capped is not None or not renewed:
         return None
     nxt.quiet = QuietRun(state.to_json() if state.set_seen(ctx.digests, ctx.loaded) else None,
                          int(row.applied_fence), kind, t0)
