@@ -224,19 +224,23 @@ class _WriterFile:
     :data:`SQLITE_WRITER_POLL_S` until the busy timeout. The lock is advisory: SQLite's own lock
     still guards the data (a writer without this file, e.g. another program, is only slower); the
     kernel drops it when its process dies. Used under the queue's thread lock only (one holder per
-    process: ``flock`` belongs to the open file, shared by the process's threads).
+    process: ``flock`` belongs to the open file, shared by the process's threads); a forked child
+    opens the file again (an inherited open file would share the parent's lock).
     """
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._fd: int | None = None
+        self._pid = 0
 
     def acquire(self, deadline: float) -> bool:
         assert fcntl is not None
         try:
-            if self._fd is None:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            if self._fd is None or self._pid != os.getpid():  # a forked child opens its own file
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self._pid = os.getpid()
         except OSError:  # a read-only directory: SQLite's busy handler alone, as before
+            self._fd = None
             return True
         while True:
             try:
@@ -252,7 +256,7 @@ class _WriterFile:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def __del__(self) -> None:
-        if self._fd is not None:
+        if self._fd is not None and self._pid == os.getpid():
             with contextlib.suppress(OSError):
                 os.close(self._fd)
 

@@ -69,3 +69,18 @@ def test_no_turn_within_the_busy_timeout_is_a_clear_error_and_a_rollback_frees_t
         assert [r[0] for r in c3.exec_driver_sql("SELECT n FROM t")] == [3]
     a.dispose()
     b.dispose()
+
+
+def test_a_forked_child_opens_its_own_lock_file(tmp_path: Path) -> None:
+    """An inherited open file shares the parent's lock; the child (another pid) opens the file anew,
+    so the parent's held turn excludes it."""
+    path = str(tmp_path / "rsi.db-writer.lock")
+    parent = engine_mod._WriterFile(path)
+    assert parent.acquire(deadline=0.0)
+    child = engine_mod._WriterFile(path)
+    child._fd, child._pid = parent._fd, -1  # as after fork: the parent's open file, another pid
+    assert not child.acquire(deadline=0.0)  # opened its own file: the parent's turn holds
+    assert child._fd != parent._fd
+    parent.release()
+    assert child.acquire(deadline=0.0)
+    child.release()
