@@ -453,6 +453,25 @@ class Coordinator:
         """
         return bool(self._renew(keys=[lease_key(lease.agent)], args=[lease.token, self.lease_ms]))
 
+    def renew_and_spend(self, lease: Lease, day: str) -> tuple[bool, tuple[int, int] | None]:
+        """:meth:`renew` and :meth:`spend` of ``(lease.agent, day)`` in one round trip (a pipeline,
+        not a transaction): ``(renewed, (agent, cluster) tokens)``; the spend is ``None`` when its
+        read failed alone (the caller goes on as with an unreadable spend).
+
+        Raises:
+            redis errors: the round trip failed, or the renewal's reply is an error (as :meth:`renew`).
+        """
+        pipe = self.client.pipeline(transaction=False)
+        self._renew(keys=[lease_key(lease.agent)], args=[lease.token, self.lease_ms], client=pipe)
+        pipe.mget([spend_key(day, lease.agent), spend_key(day)])
+        renewed, spent = pipe.execute(raise_on_error=False)
+        if isinstance(renewed, Exception):
+            raise renewed
+        if isinstance(spent, Exception) or not isinstance(spent, list) or len(spent) != 2:
+            return bool(renewed), None
+        a, c = spent
+        return bool(renewed), (int(_text(a) if a is not None else 0), int(_text(c) if c is not None else 0))
+
     def finish(self, lease: Lease) -> Lease | None:
         """End the run holding ``lease``: release, or hand the lease to one re-run.
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import threading
 import time
 import urllib.parse
@@ -46,6 +47,11 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: the busy handler alone
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["DEFAULT_POOL_SIZE", "SQLITE_BUSY_TIMEOUT_MS", "make_engine", "session_factory"]
 
@@ -113,7 +119,8 @@ def make_engine(url: str | sa.URL, **kwargs: Any) -> Engine:
         finally:
             cur.close()
 
-    writers = _WriterQueue()
+    writers = _WriterQueue(None if memory or str(u.database).startswith("file:")
+                           else str(Path(str(u.database)).expanduser()) + "-writer.lock")
     checkpointer = None if memory or str(u.database).startswith("file:") else _Checkpointer(str(u.database))
 
     @event.listens_for(engine, "begin")
@@ -164,13 +171,17 @@ class _WriterQueue:
 
     _KEY = "rsi_sqlite_writer"
 
-    def __init__(self) -> None:
+    def __init__(self, lock_path: str | None = None) -> None:
         self._lock = threading.Lock()
+        self._file = _WriterFile(lock_path) if lock_path is not None and fcntl is not None else None
 
     def enter(self, conn: Connection) -> None:
+        deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
         if not self._lock.acquire(timeout=SQLITE_BUSY_TIMEOUT_MS / 1000):
-            raise sa.exc.OperationalError("BEGIN IMMEDIATE", {}, TimeoutError(
-                f"no write turn within {SQLITE_BUSY_TIMEOUT_MS} ms (database is locked)"))
+            raise _no_turn()
+        if self._file is not None and not self._file.acquire(deadline):
+            self._lock.release()
+            raise _no_turn()
         conn.info[self._KEY] = True
 
     def end(self, conn: Connection, *, commit: bool) -> None:
@@ -189,7 +200,65 @@ class _WriterQueue:
 
     def leave(self, info: dict[Any, Any]) -> None:
         if info.pop(self._KEY, False):
+            if self._file is not None:
+                self._file.release()
             self._lock.release()
+
+
+def _no_turn() -> sa.exc.OperationalError:
+    return sa.exc.OperationalError("BEGIN IMMEDIATE", {}, TimeoutError(
+        f"no write turn within {SQLITE_BUSY_TIMEOUT_MS} ms (database is locked)"))
+
+
+SQLITE_WRITER_POLL_S = 0.0005
+"""How often a writer waiting for another process's write turn tries again (:class:`_WriterFile`)."""
+
+
+class _WriterFile:
+    """The write turn among processes: an exclusive ``flock`` on ``<database>-writer.lock``, taken
+    after the process's own queue and before ``BEGIN IMMEDIATE``, released after the ``COMMIT``.
+
+    Without it, writers of different processes (the host and the embedded workers) meet in SQLite's
+    busy handler, whose sleeps grow to 100 ms: ``record_turn`` waited up to a second behind a
+    worker's write (``rsi loadtest --embedded``). A waiter here retries every
+    :data:`SQLITE_WRITER_POLL_S` until the busy timeout. The lock is advisory: SQLite's own lock
+    still guards the data (a writer without this file, e.g. another program, is only slower); the
+    kernel drops it when its process dies. Used under the queue's thread lock only (one holder per
+    process: ``flock`` belongs to the open file, shared by the process's threads); a forked child
+    opens the file again (an inherited open file would share the parent's lock).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._pid = 0
+
+    def acquire(self, deadline: float) -> bool:
+        assert fcntl is not None
+        try:
+            if self._fd is None or self._pid != os.getpid():  # a forked child opens its own file
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self._pid = os.getpid()
+        except OSError:  # a read-only directory: SQLite's busy handler alone, as before
+            self._fd = None
+            return True
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(SQLITE_WRITER_POLL_S)
+
+    def release(self) -> None:
+        if self._fd is not None and fcntl is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def __del__(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
 
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:

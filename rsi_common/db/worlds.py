@@ -220,13 +220,14 @@ WORLD_HEAD_COLUMNS = (WorldRow.id, WorldRow.io_id, WorldRow.interaction_id, Worl
 
 
 def load_latest_heads(
-    session: Session, agent_id: str, n: int, *, signals_text: bool = False
+    session: Session | Connection, agent_id: str, n: int, *, signals_text: bool = False
 ) -> list[sa.Row[Any]]:
     """Like :func:`load_latest_worlds` without the ``world`` record: a consolidation decides most
     runs from the signals alone and reads records only for the worlds it needs.
 
     With ``signals_text`` the ``signals`` column comes back as its stored JSON text, undecoded, so
-    the caller can decode each row on its own and skip a bad one (:mod:`rsi_common.stored`).
+    the caller can decode each row on its own and skip a bad one (:mod:`rsi_common.stored`). On a
+    :class:`Connection` the read skips the ORM's execution (no autoflush), the same rows.
 
     Tainted worlds (``rsi_worlds.tainted``) are left out: they never enter W, the proposer's views,
     the critic's patterns or the pairing (docs/runtime/refine.md#taint).

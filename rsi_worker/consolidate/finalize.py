@@ -173,15 +173,18 @@ def finalize(
 
 
 def close_lease(
-    deps: Deps, ctx: RoundContext, result: ConsolidationResult, drafts: list[str]
+    deps: Deps, ctx: RoundContext, result: ConsolidationResult, drafts: list[str], *, run_keys: bool = True
 ) -> Lease | None:
     """After the final write: drop the run keys (best effort: they expire anyway), release the lease
     or hand it to the re-run of a pending turn (``finish`` is the last step that can fail, so a
-    re-run lease it returns is never lost), count the run."""
-    try:
-        deps.coord.cleanup_run(ctx.run_id, drafts, get_args(JoinStep))
-    except COORD_ERRORS as exc:
-        log.warning("run %s: run keys not deleted (%s); they expire", ctx.run_id, type(exc).__name__)
+    re-run lease it returns is never lost), count the run. ``run_keys=False``: the run made no run
+    key (a quiet run: its id was never handed to a step), so none is deleted (one Redis round trip
+    fewer)."""
+    if run_keys:
+        try:
+            deps.coord.cleanup_run(ctx.run_id, drafts, get_args(JoinStep))
+        except COORD_ERRORS as exc:
+            log.warning("run %s: run keys not deleted (%s); they expire", ctx.run_id, type(exc).__name__)
     nxt = deps.coord.finish(Lease(ctx.agent_id, ctx.token, ctx.fence, ctx.io_id or ""))
     try:
         deps.metrics.run_finished(result.summary(), rerun=nxt is not None)

@@ -281,7 +281,7 @@ def close(deps: Deps, nxt: Next) -> tuple[ConsolidationResult | None, Lease | No
         written = quiet.record(deps, nxt)
         if written is None:
             return None, None
-        return written, close_lease(deps, nxt.ctx, written, [])
+        return written, close_lease(deps, nxt.ctx, written, [], run_keys=False)
     return finalize(deps, nxt.ctx, nxt.result)
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
+from sqlalchemy.engine import Connection
 
 from rsi_common.coord import Lease
 from rsi_common.db import retain_runs
@@ -52,14 +52,13 @@ from rsi_worker.consolidate.opening import (
     MAX_KIND_CHARS,
     _nothing_to_learn,
     _policy,
-    _survey,
 )
 from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.signals import unread_pairs
-from rsi_worker.consolidate.spend import over_cap, spend_summary
-from rsi_worker.consolidate.state import ConsolidationState
-from rsi_worker.consolidate.worlds import WorldPool
+from rsi_worker.consolidate.spend import renew_over_cap, spend_summary
+from rsi_worker.consolidate.state import EMPTY_DIGEST, ConsolidationState
+from rsi_worker.consolidate.worlds import PoolWorld, WorldPool
 
 __all__ = ["RUN_RETENTION_EVERY", "QuietRun", "decide", "record"]
 
@@ -85,9 +84,9 @@ class QuietRun:
     """``time.monotonic()`` at the task's start."""
 
 
-def _read_agent(session: Session, agent_id: str, fence: int) -> Any:
+def _read_agent(conn: Connection, agent_id: str, fence: int) -> Any:
     at_fence = sa.select(_R.c.id).where(_R.c.agent_id == agent_id, _R.c.fence == fence).exists()
-    return session.execute(
+    return conn.execute(
         sa.select(_A.c.frozen, _A.c.current_version, _A.c.applied_fence, _A.c.state, at_fence.label("opened"))
         .where(_A.c.id == agent_id)).one_or_none()
 
@@ -102,16 +101,16 @@ def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CO
     params = deps.params
     ctx = RoundContext(run_id=new_run_id(), agent_id=lease.agent, fence=lease.fence, token=lease.token,
                        io_id=lease.io, early_stop=params.early_stop)
-    with deps.sessions() as session:
-        session.connection(execution_options={"sqlite_begin": "DEFERRED"})
-        row = _read_agent(session, lease.agent, lease.fence)
+    with deps.sessions() as session:  # Core reads on the session's connection: nothing to flush
+        conn = session.connection(execution_options={"sqlite_begin": "DEFERRED"})
+        row = _read_agent(conn, lease.agent, lease.fence)
         if row is None or row.frozen or row.opened or int(row.applied_fence) >= lease.fence:
             return None
         try:
             state = ConsolidationState.from_json(row.state)
         except StoredDataError:
             return None
-        pool = WorldPool.latest(session, lease.agent, params.world_pool)
+        pool = WorldPool.latest(session, lease.agent, params.world_pool, conn=conn)
         worlds = pool.usable()
         if not worlds:
             return None
@@ -123,15 +122,31 @@ def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CO
         ctx.provider, ctx.model = _policy(worlds, latest, deps)
         if unread_pairs(worlds, ctx.latest or "", params.signal_pairs):
             return None
-        worlds, fresh = _survey(ctx, state, pool)
+        worlds, fresh = _survey_stored(ctx, state, pool)
         nxt = _nothing_to_learn(ctx, worlds, fresh, t0)
         ctx.skipped_worlds = dict(pool.skipped)
         session.commit()
-    if nxt is None or over_cap(deps, lease.agent) is not None or not deps.coord.renew(lease):
+    if nxt is None:
+        return None
+    renewed, capped = renew_over_cap(deps, lease)  # one Redis round trip
+    if capped is not None or not renewed:
         return None
     nxt.quiet = QuietRun(state.to_json() if state.set_seen(ctx.digests, ctx.loaded) else None,
                          int(row.applied_fence), kind, t0)
     return nxt
+
+
+def _survey_stored(ctx: RoundContext, state: ConsolidationState,
+                   pool: WorldPool) -> tuple[list[PoolWorld], set[str]]:
+    """``opening._survey`` of a run that is not forced, with each world's digest as loaded
+    (``PoolWorld.stored_digest``, remembered per signal text): nothing here changes a signal."""
+    worlds = pool.usable()
+    ctx.skipped_worlds = dict(pool.skipped)
+    ctx.loaded = [w.id for w in worlds]
+    ctx.digests = {w.id: w.stored_digest for w in worlds}
+    seen = state.seen
+    fresh = {w.id for w in worlds if w.stored_digest != seen.get(w.id, EMPTY_DIGEST)}
+    return worlds, fresh
 
 
 def _seen_state(start: Any, ctx: RoundContext) -> dict[str, Any] | None:

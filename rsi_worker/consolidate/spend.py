@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from rsi_common.coord import Lease
 from rsi_common.handoff import COORD_ERRORS
 from rsi_worker.consolidate.context import Deps
 
-__all__ = ["Spend", "charge", "over_cap", "spend_summary", "today", "usage_tokens"]
+__all__ = ["Spend", "charge", "over_cap", "renew_over_cap", "spend_summary", "today", "usage_tokens"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,22 @@ def over_cap(deps: Deps, agent: str) -> Spend | None:
         return None
     spend = Spend(day, a, c, p.agent_daily_tokens, p.cluster_daily_tokens)
     return spend if spend.reason() else None
+
+
+def renew_over_cap(deps: Deps, lease: Lease) -> tuple[bool, Spend | None]:
+    """``(deps.coord.renew(lease), over_cap(deps, lease.agent))`` in one Redis round trip when a cap is
+    set (``Coordinator.renew_and_spend``). The renewal's errors raise as ``renew``'s; a spend that
+    cannot be read counts as no cap reached, as in :func:`over_cap`."""
+    p = deps.params
+    if not (p.agent_daily_tokens or p.cluster_daily_tokens):
+        return deps.coord.renew(lease), None
+    day = today()
+    renewed, spent = deps.coord.renew_and_spend(lease, day)
+    if spent is None:
+        log.warning("agent %s: spend not readable; the run goes on", lease.agent)
+        return renewed, None
+    spend = Spend(day, spent[0], spent[1], p.agent_daily_tokens, p.cluster_daily_tokens)
+    return renewed, spend if spend.reason() else None
 
 
 def spend_summary(usage: Mapping[str, Mapping[str, Any]], rows: Any) -> dict[str, int]:

@@ -3,17 +3,52 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from rsi_common.db import load_latest_heads, world_texts
 from rsi_common.stored import StoredDataError, decode_stored
 from rsi_common.world import TurnWorld
 from rsi_worker.consolidate.signals import WorldLike, negative
+from rsi_worker.consolidate.state import EMPTY_DIGEST, signal_digest
 
-__all__ = ["PoolWorld", "WorldPool", "checked_record", "needs_answer", "select_worlds"]
+__all__ = ["SIGNALS_MEMO_MAX", "PoolWorld", "WorldPool", "checked_record", "decode_signals", "needs_answer",
+           "select_worlds"]
+
+SIGNALS_MEMO_MAX = 4096
+"""Stored signal texts whose check passed, kept per process with their digest (:func:`decode_signals`);
+the memo is emptied when it holds more."""
+
+_SIGNALS_MEMO: dict[str, str] = {}
+
+
+def decode_signals(text: str | None) -> tuple[dict[str, Any], str]:
+    """A row's stored ``signals`` text decoded and checked, with its :func:`signal_digest`.
+
+    The same answer as ``decode_stored(text, "signals") or {}`` and ``signal_digest`` of it — the
+    check and the digest are functions of the text, so a text seen before (most of a pool is the
+    same from one run to the next) is only ``json.loads``-ed: its check passed and its digest is
+    remembered (docs/performance/consolidation.md#the-no-signal-path). A text that fails its check is
+    never remembered.
+
+    Raises:
+        StoredDataError: as :func:`rsi_common.stored.decode_stored`.
+    """
+    if text is None or text == "{}":  # most rows: no signal
+        return {}, EMPTY_DIGEST
+    digest = _SIGNALS_MEMO.get(text)
+    if digest is not None:
+        return json.loads(text), digest
+    signals = decode_stored(text, "signals") or {}
+    digest = signal_digest(signals)
+    if len(_SIGNALS_MEMO) >= SIGNALS_MEMO_MAX:
+        _SIGNALS_MEMO.clear()
+    _SIGNALS_MEMO[text] = digest
+    return signals, digest
 
 W = TypeVar("W", bound=WorldLike)
 
@@ -64,16 +99,18 @@ class WorldPool:
         self.worlds: list[PoolWorld] = []
         for h in heads:
             try:  # most rows carry no signal: their text needs no decoding (the same empty object)
-                signals = {} if h.signals == "{}" else decode_stored(h.signals, "signals") or {}
+                signals, digest = decode_signals(h.signals)
             except StoredDataError as exc:
                 self.skipped[h.id] = str(exc)
                 continue
-            self.worlds.append(PoolWorld(self, h, signals))
+            self.worlds.append(PoolWorld(self, h, signals, digest))
 
     @classmethod
-    def latest(cls, session: Session, agent_id: str, n: int) -> WorldPool:
-        """The agent's ``n`` latest worlds (newest first), decoded row by row."""
-        return cls(session, load_latest_heads(session, agent_id, n, signals_text=True))
+    def latest(cls, session: Session, agent_id: str, n: int, *, conn: Connection | None = None) -> WorldPool:
+        """The agent's ``n`` latest worlds (newest first), decoded row by row; read on ``conn`` (the
+        session's connection, no ORM round: nothing pending to flush) when given."""
+        return cls(session, load_latest_heads(conn if conn is not None else session, agent_id, n,
+                                              signals_text=True))
 
     def usable(self) -> list[PoolWorld]:
         """The loaded worlds not (yet) found bad, newest first."""
@@ -122,8 +159,10 @@ class PoolWorld:
     ``history`` …); ``replayable``, ``clock``, ``harness_version`` and ``model`` come from the row.
     """
 
-    def __init__(self, pool: WorldPool, head: Any, signals: dict[str, Any]) -> None:
+    def __init__(self, pool: WorldPool, head: Any, signals: dict[str, Any], digest: str) -> None:
         self._pool = pool
+        self.stored_digest: str = digest
+        """:func:`signal_digest` of the signals as loaded (``signals`` may change later in the run)."""
         self.id: str = head.id
         self.io_id: str = head.io_id
         self.interaction_id: str = head.interaction_id or ""
