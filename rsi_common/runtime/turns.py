@@ -357,11 +357,12 @@ def profile_tools(rt: AgentRuntimeRow) -> list[str]:
 def _stored_or_run(env: TurnEnv, sl: _Slice, turn_input: Any, ctx: ToolContext,
                    own_spec: dict[str, Any] | None) -> TurnResult:
     """The stored world's turn when an earlier attempt of the io recorded one (its world is kept:
-    ``world=None`` here), else a K0 run."""
+    ``world=None`` here), else a K0 run. A stored slice that yielded is run again: the world does not
+    hold the pending wait (docs/runtime/failures.md), and the re-run's spawns return the first handles."""
     with env.factory() as s:
         stored = db.world_by_io(s, sl.agent, sl.io)
         stored_world = None if stored is None else stored.world
-    if stored_world is not None:
+    if stored_world is not None and stored_world["outcome"]["termination_reason"] != "AWAITING_CHILDREN":
         out = stored_world["outcome"]
         return TurnResult(answer=out["final_text"], status=out["status"],
                           termination_reason=out["termination_reason"], world=None, trajectory={},

@@ -291,6 +291,7 @@ def _report(env: TurnEnv, names: list[str], topics: list[str], done_at: float | 
         "handle_errors": {str(k): int(v) for k, v in errors.items()},
         "duplicate_worlds": int(dup_worlds), "lost_charges": int(lost_keys),
         "answers_equal_undisturbed": sum(1 for a in answers.values() if a == want),
+        "answers_differing": {k: (a or "")[:300] for k, a in sorted(answers.items()) if a != want},
         "timed_out": done_at is None, "turns_failed": failed,
     }
     report["wall_met"] = done_at is not None and done_at <= target

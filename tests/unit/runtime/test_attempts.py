@@ -25,6 +25,7 @@ from rsi_common.runtime import attempts, keys
 from rsi_common.runtime.caps import resolve_caps
 from rsi_common.runtime.effects import UNCERTAIN, started
 from rsi_common.runtime.messages import Sender, send
+from rsi_common.runtime.tick import tick
 from rsi_common.runtime.toolsets import Toolset, register_toolset
 from rsi_common.runtime.tree import AgentProfile, register
 from rsi_common.runtime.turns import TurnEnv, TurnOutcome, run_session_turn
@@ -212,3 +213,31 @@ def test_the_keeper_renews_a_live_lease_and_its_slot_but_not_a_lost_one(fake_red
     assert fake_redis.zscore(keys.INFLIGHT, "B|main") == 1
     keeper.remove(live)
     assert list(keeper._entries) == [2]
+
+
+def test_a_yielded_slice_whose_world_was_stored_before_the_crash_still_waits(
+        engine: Engine, fake_redis: Any, tmp_path: Any, paid: list[str]) -> None:
+    """The world does not hold the pending wait: a re-run of a yielded io runs the slice again (its
+    spawns return the first handles) instead of committing a turn that forgot its wait."""
+    env, queue, client = _env(engine, fake_redis, tmp_path, Model(crashes=0, pays=False))
+    record = client.record_turn
+
+    def record_then_crash(agent: str, result: Any) -> Any:
+        out = record(agent, result)
+        if agent == "P" and client.record_turn is record_then_crash:
+            client.record_turn = record  # type: ignore[method-assign]
+            raise Crash
+        return out
+
+    client.record_turn = record_then_crash  # type: ignore[method-assign]
+    _, crashes = _run(env, queue)
+    assert crashes == 1
+    queue.append(("P", "main"))  # the redelivery
+    (again,) = _run(env, queue)[0]
+    assert (again.io, again.status) == ("main:1", "suspended")  # it waits again, not a finished turn
+    tick(env)  # the child spawned by the crashed attempt was never woken: its mailbox is
+    outcomes, _ = _run(env, queue)
+    assert outcomes[-1].answer == "summary: bought"
+    with env.factory() as s:
+        assert s.execute(sa.select(sa.func.count()).select_from(SubagentRow)).scalar_one() == 1
+    client.close()
