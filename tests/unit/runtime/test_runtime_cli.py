@@ -17,7 +17,7 @@ from rsi_worker.commands.runtime import METHODS
 from tests.support.migrated import migrated_sqlite_url
 from tests.support.runtime_policy import CATALOG, LEAD
 
-KEY_SHAPED = "sk-ant-api03-" + "Q" * 40
+SHAPED = "sk-ant-api03-" + "Q" * 40
 
 
 @pytest.fixture
@@ -85,14 +85,14 @@ def test_hostile_values_are_one_line_with_exit_code_2(env: dict[str, str], tmp_p
         (("register", "Q", '{"runs_on": '), "profile: malformed JSON"),
         (("register", "Q", "[" * 200 + "]" * 200), "profile: nested deeper than"),
         (("register", "Q", f"@{tmp_path / 'missing.json'}"), "profile: cannot read the file"),
-        (("register", "Q", json.dumps({"api_key": KEY_SHAPED})), "profile: unknown key 'api_key'"),
-        (("set_caps", "P", json.dumps({"tree_tokens_per_day": KEY_SHAPED})), "caps.tree_tokens_per_day must be"),
+        (("register", "Q", json.dumps({"api_key": SHAPED})), "profile: unknown key 'api_key'"),
+        (("set_caps", "P", json.dumps({"tree_tokens_per_day": SHAPED})), "caps.tree_tokens_per_day must be"),
         (("wait", "sa_1", "--timeout-s", "soon"), "timeout_s: must be a number"),
         (("wait", "sa_1", "--timeout-s", "nan"), "timeout_s: must be a finite number"),
-        (("wait", "sa_1", "--mode", KEY_SHAPED), "mode: must be one of all, any"),
+        (("wait", "sa_1", "--mode", SHAPED), "mode: must be one of all, any"),
         (("spawn", "P", "researcher", "x" * 70_000), "input: at most 65,536"),
         (("spawn", "P", "researcher", "x" * 20_000), "input: at most 16,384"),
-        (("spawn", "P", "researcher", "x", "--request-id", KEY_SHAPED + " "), "request_id: not a valid id"),
+        (("spawn", "P", "researcher", "x", "--request-id", SHAPED + " "), "request_id: not a valid id"),
         (("set_subagent_spec", "P", "Writer", "{}"), "name: a spec name must match"),
         (("tree", "a b"), "agent: not a valid id"),
         (("set_caps", "../P", "null"), "root: not a valid id"),
@@ -106,7 +106,7 @@ def test_hostile_values_are_one_line_with_exit_code_2(env: dict[str, str], tmp_p
         assert result.exit_code == 2, (args[0], result.output)
         assert len(result.output.strip().splitlines()) == 1, result.output
         assert message in result.output, result.output
-        assert KEY_SHAPED not in result.output and "QQQQQQQQ" not in result.output
+        assert SHAPED not in result.output and "QQQQQQQQ" not in result.output
     as_json = rsi(env, "wait", "sa_1", "--mode", "some", "--json")
     assert json.loads(as_json.output.splitlines()[0])["error"]["message"] == "mode: must be one of all, any"
 
@@ -135,7 +135,7 @@ def test_goals_heartbeats_autonomy_and_refinement_through_the_cli(env: dict[str,
     assert ok(env, "audit", "P") == []  # no harness version adopted yet
     cases = [
         (("set_goal", "P", "x", "lots"), "token_budget: must be an integer"),
-        (("add_heartbeat", "P", "x", "--every-s", KEY_SHAPED), "every_s: must be an integer"),
+        (("add_heartbeat", "P", "x", "--every-s", SHAPED), "every_s: must be an integer"),
         (("refine", "P", "--criteria", "[" * 200 + "]" * 200), "criteria: nested deeper than"),
         (("revoke", "P", "v1", "bad", "--taint-evidence", "yes"), "taint_evidence: must be true or false"),
         (("update_goal", "P", "--status", "done"), "status: must be one of paused, active, cancelled"),
@@ -144,4 +144,4 @@ def test_goals_heartbeats_autonomy_and_refinement_through_the_cli(env: dict[str,
         result = rsi(env, *args)
         assert result.exit_code == 2, (args[0], result.output)
         assert message in result.output, result.output
-        assert KEY_SHAPED not in result.output
+        assert SHAPED not in result.output

@@ -21,7 +21,7 @@ from rsi_common.runtime.turns import TurnEnv, drain
 from rsi_worker.service import build_state, create_app
 from tests.support.runtime_policy import CATALOG, LEAD, policy
 
-KEY_SHAPED = "sk-ant-api03-" + "Z" * 40
+SHAPED = "sk-ant-api03-" + "Z" * 40
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_hostile_bodies_are_problems_naming_the_field(api: Any) -> None:
     op = c["operator"]
     assert op.post("/v1/runtime/agents/P", json={"profile": {"subagents": CATALOG}}).status_code == 200
     cases = [
-        ("post", "/v1/runtime/agents/Q", {"profile": {"api_key": KEY_SHAPED}}, 422, "profile: unknown key"),
+        ("post", "/v1/runtime/agents/Q", {"profile": {"api_key": SHAPED}}, 422, "profile: unknown key"),
         ("post", "/v1/runtime/agents/Q", {"profile": [1]}, 422, "profile: must be an object"),
         ("post", "/v1/runtime/agents/Q", {"profil": {}}, 422, "body: unknown key 'profil'"),
         ("post", "/v1/runtime/agents/P/turns", {}, 422, "text: required"),
@@ -94,7 +94,7 @@ def test_hostile_bodies_are_problems_naming_the_field(api: Any) -> None:
         ("post", "/v1/runtime/agents/P/spawn", {"spec": "writer", "input": "x"}, 422, "unknown_spec"),
         ("post", "/v1/runtime/agents/nobody/spawn", {"spec": "researcher", "input": "x"}, 404,
          "not registered"),
-        ("put", "/v1/runtime/agents/P/caps", {"caps": {"tree_usd_per_day": KEY_SHAPED}}, 422,
+        ("put", "/v1/runtime/agents/P/caps", {"caps": {"tree_usd_per_day": SHAPED}}, 422,
          "caps.tree_usd_per_day"),
         ("put", "/v1/runtime/agents/P/subagents/Bad", {"spec": None}, 422, "name:"),
         ("post", "/v1/runtime/messages", {"to": 5, "text": "x"}, 422, "to: must be"),
@@ -116,7 +116,7 @@ def test_hostile_bodies_are_problems_naming_the_field(api: Any) -> None:
         assert r.status_code == status, (path, r.text)
         assert r.headers["content-type"].startswith("application/problem+json")
         assert detail in r.json()["detail"], r.text
-        assert KEY_SHAPED not in r.text
+        assert SHAPED not in r.text
     tenant = c["tenant"]
     assert tenant.get("/v1/runtime/agents/P/tree").status_code == 403
     assert tenant.post("/v1/runtime/messages", json={"to": "P", "text": "x"}).status_code == 403
