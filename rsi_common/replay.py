@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from rsi_common.errors import InvalidInput
 from rsi_common.harness import H0_VERSION
 from rsi_common.kernel import RetryPolicy, ToolDef, ToolOutput, ToolResult, TurnPlan, run_turn
-from rsi_common.kernel.types import DEFAULT_MAX_TOKENS
+from rsi_common.kernel.types import DEFAULT_MAX_TOKENS, TurnYield
 from rsi_common.world import TurnWorld
 
 if TYPE_CHECKING:
@@ -95,9 +95,14 @@ class CallBook:
     Thread-safe. The n-th use (0-based) of an index key returns ``hits[min(n, len(hits) − 1)]`` in
     recorded order; every answer is a deep copy. Unanswerable calls are appended to
     ``off_support`` (``{name, input}``) and get ``(NO_RECORD, True)``.
+
+    ``pending`` are the calls that suspended the recorded slice (a runtime wait with no result yet,
+    docs/runtime/subagents.md#worlds-and-replay): :meth:`yields` says when the replay must suspend
+    at the same call instead of answering it.
     """
 
-    def __init__(self, calls: Iterable[Mapping[str, Any]], guide_names: Iterable[str] = ()) -> None:
+    def __init__(self, calls: Iterable[Mapping[str, Any]], guide_names: Iterable[str] = (),
+                 pending: Iterable[Mapping[str, Any]] = ()) -> None:
         self._exact: dict[tuple[str, str], list[Hit]] = {}
         self._loose: dict[tuple[str, str], list[Hit]] = {}
         self._by_name: dict[str, list[Hit]] = {}
@@ -106,6 +111,10 @@ class CallBook:
         self._lock = threading.Lock()
         self.off_support: list[dict[str, Any]] = []
         self.answered = 0
+        self._pending: dict[tuple[str, str], int] = {}
+        for call in pending:
+            key = (str(call.get("name", "")), canon(call.get("input")))
+            self._pending[key] = self._pending.get(key, 0) + 1
         for call in calls:
             name = str(call.get("name", ""))
             tool_input = call.get("input")
@@ -120,7 +129,18 @@ class CallBook:
         tools = data.get("tools") or {}
         defs = tools.get("defs") or []
         guides = [str(d.get("name")) for d in defs if isinstance(d, Mapping) and d.get("guide")]
-        return cls([c for c in tools.get("calls") or [] if isinstance(c, Mapping)], guides)
+        calls = [c for c in tools.get("calls") or [] if isinstance(c, Mapping)]
+        return cls(calls, guides, _pending_calls(data, calls))
+
+    def yields(self, name: str, tool_input: Any) -> bool:
+        """True (once per recorded pending call) when this exact call suspended the recorded slice
+        and no recorded result of the same call is left to answer it."""
+        with self._lock:
+            key = (name, canon(tool_input))
+            if not self._pending.get(key) or self._uses.get(("e", key), 0) < len(self._exact.get(key, [])):
+                return False
+            self._pending[key] -= 1
+            return True
 
     def _next(self, tag: str, key: tuple[str, str], hits: list[Hit]) -> Hit:
         n = self._uses.get((tag, key), 0)
@@ -147,14 +167,31 @@ class CallBook:
             return copy.deepcopy(hit[0]), hit[1]
 
 
+def _pending_calls(data: Mapping[str, Any], calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The ``tool_use`` blocks of a slice that ended ``suspended``/``AWAITING_CHILDREN``: those of
+    the last assistant message of ``outcome.transcript`` without a recorded result."""
+    outcome = data.get("outcome") or {}
+    if outcome.get("status") != "suspended" or outcome.get("termination_reason") != "AWAITING_CHILDREN":
+        return []
+    transcript = outcome.get("transcript") or []
+    last = transcript[-1] if transcript and isinstance(transcript[-1], Mapping) else {}
+    content = last.get("content") if last.get("role") == "assistant" else None
+    answered = {str(c.get("tool_use_id", "")) for c in calls}
+    return [{"name": b.get("name"), "input": b.get("input")} for b in content or [] if isinstance(b, Mapping)
+            and b.get("type") == "tool_use" and str(b.get("id", "")) not in answered]
+
+
 class ReplayTool:
-    """The executor of a recorded (non-live) tool: asks the :class:`CallBook`, never runs anything."""
+    """The executor of a recorded (non-live) tool: asks the :class:`CallBook`, never runs anything;
+    a call that suspended the recorded slice suspends the replay the same way (:class:`TurnYield`)."""
 
     def __init__(self, name: str, book: CallBook) -> None:
         self.name = name
         self.book = book
 
     def __call__(self, tool_input: dict[str, Any]) -> ToolOutput:
+        if self.book.yields(self.name, tool_input):
+            raise TurnYield({"replay": True, "name": self.name})
         content, is_error = self.book.lookup(self.name, tool_input)
         return ToolResult(content if isinstance(content, str | list) else str(content), is_error)
 

@@ -367,3 +367,15 @@ def test_from_recorded_builds_an_on_policy_trial() -> None:
         0,
     )
     assert trial.policy_tokens == live_result.policy_tokens and trial.steps == 3
+
+
+def test_a_recorded_pending_call_yields_once_after_its_recorded_results() -> None:
+    """A slice that suspended on a wait replays to the same suspension
+    (docs/runtime/subagents.md#worlds-and-replay)."""
+    wait = {"handles": ["sa_1"]}
+    book = CallBook([{"name": "subagent_wait", "input": wait, "content": "timeout"}], pending=[
+        {"name": "subagent_wait", "input": wait}])
+    assert not book.yields("subagent_wait", wait) and book.lookup("subagent_wait", wait) == ("timeout", False)
+    assert not book.yields("subagent_wait", {"handles": ["sa_2"]})
+    assert book.yields("subagent_wait", wait) and not book.yields("subagent_wait", wait)
+    assert book.lookup("subagent_wait", wait) == ("timeout", False) and book.off_support == []

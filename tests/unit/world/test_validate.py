@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -124,3 +125,38 @@ def test_golden_with_defects_loads_unchanged() -> None:
     turn["tools"]["calls"][0]["content"] = "region | sum\nEMEA | 4655600 \ud83d"
     turn["state"]["metadata"]["channel"] = "web\x00"
     assert finalize_world(turn) == data
+
+
+# The golden files as first committed: a format change that rewrites one of them fails here.
+PINNED = {
+    "rsi-world-1.json": "4271b376f495eed0217b22754b45495a391bce3c3174b631bf675676b715df79",
+    "rsi-world-1-early.json": "8500227eaf3db708ff57c2b14cc864513fa2d648006fc852b266cfbcdc9fdca8",
+    "rsi-world-1-defects.json": "db3e0d5ed7cbffd765c12febf0c0870f9802df72e3a02a60ed384c162afd3651",
+}
+
+
+def test_golden_with_runtime_loads_unchanged_and_older_goldens_are_untouched() -> None:
+    """The late field ``runtime`` (docs/runtime/subagents.md#worlds-and-replay): present only in
+    rsi-world-1-runtime.json (the resumed slice of the inline delegation to three children, compared
+    with a fresh recording by tests/unit/runtime/test_replay_worlds.py); older golden files keep
+    their bytes."""
+    for name, digest in PINNED.items():
+        assert hashlib.sha256((GOLDEN / name).read_bytes()).hexdigest() == digest, name
+        assert "runtime" not in validate_world(golden(name))
+    data = golden("rsi-world-1-runtime.json")
+    assert validate_world(data) == data and data["bytes"] == world_bytes(data)
+    assert data["runtime"] == {
+        "root": "P", "parent": None, "depth": 0, "session": "main", "handle": None, "slice": 2,
+        "request": "[message m_000000000000000000000001 from operator (operator)]\ntopic 0; topic 1; topic 2",
+        "messages_in": []}
+    computed = ("bytes", "truncated", "images_dropped", "replayable")
+    assert finalize_world({k: v for k, v in data.items() if k not in computed}) == data
+    broken: list[tuple[Any, str]] = [
+        (lambda r: r.update(depth=4), "runtime.depth"), (lambda r: r.update(slice=0), "runtime.slice"),
+        (lambda r: r.update(extra=1), "runtime.extra"), (lambda r: r.pop("root"), "runtime.root")]
+    for mutate, path in broken:
+        bad = golden("rsi-world-1-runtime.json")
+        mutate(bad["runtime"])
+        with pytest.raises(WorldError) as info:
+            validate_world(bad)
+        assert str(info.value).startswith(path + ":") or f"; {path}:" in str(info.value), str(info.value)
