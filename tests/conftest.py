@@ -89,16 +89,21 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return url
     server: PostgresServer = request.getfixturevalue("pg_server")
     template = request.getfixturevalue("pg_template") if migrated else None
+    url = new_pg_database(server, template)
+    if template:
+        _from_template.add(url)
+    return url
+
+
+def new_pg_database(server: PostgresServer, template: str | None = None) -> str:
+    """A new database on the session PostgreSQL (a copy of ``template`` when given); its URL."""
     import psycopg
 
     name = f"t{next(_db_counter)}_{os.getpid()}"
     with psycopg.connect(host=str(server.sockdir), port=server.port, user="postgres",
                          dbname="postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
-    url = f"postgresql+psycopg://postgres@/{name}?host={server.sockdir}&port={server.port}"
-    if template:
-        _from_template.add(url)
-    return url
+    return f"postgresql+psycopg://postgres@/{name}?host={server.sockdir}&port={server.port}"
 
 
 @pytest.fixture

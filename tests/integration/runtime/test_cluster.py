@@ -4,9 +4,6 @@ waiting on SQL state (no bare sleeps)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,49 +13,19 @@ import sqlalchemy as sa
 
 from rsi_common.client import RsiClient
 from rsi_common.config import Settings
-from rsi_common.db import make_engine, session_factory, upgrade
+from rsi_common.db import session_factory
 from rsi_common.db.runtime_models import SessionRow, SpendRow, SubagentRow
 from rsi_common.dispatch import QUEUE_AGENTS, TASK_AGENT_TURN, KombuDispatcher, RecordingDispatcher
 from rsi_common.runtime.caps import resolve_caps
 from rsi_common.runtime.messages import Sender, send
 from rsi_common.runtime.tree import AgentProfile, register
-from rsi_worker.local.servers import PostgresServer, RedisServer
-from tests.support.cluster import REPO, Cluster
+from rsi_worker.local.servers import RedisServer
+from tests.integration.runtime.conftest import AgentsCluster
+from tests.support.cluster import Cluster
 from tests.support.runtime_policy import CATALOG, LEAD, SLOW_KEY
 
 pytestmark = pytest.mark.timeout(180)
 FACTORY = "tests.support.runtime_policy:delegating"
-
-
-class AgentsCluster(Cluster):
-    """Workers of queue ``agents`` only (threads pool)."""
-
-    def _spawn(self, i: int) -> subprocess.Popen[bytes]:
-        log = open(self.tmp / f"worker{i}.log", "ab")  # noqa: SIM115 - owned by the child
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "rsi_worker.cli", "worker", "-Q", QUEUE_AGENTS, "-c",
-             str(self.concurrency), "-n", f"a{i}-{os.getpid()}@%h", "-l", "WARNING"],
-            cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        return proc
-
-
-_n = iter(range(1000))
-
-
-@pytest.fixture
-def pg_url(pg_server: PostgresServer) -> str:
-    import psycopg
-
-    name = f"rt{next(_n)}_{os.getpid()}"
-    with psycopg.connect(host=str(pg_server.sockdir), port=pg_server.port, user="postgres", dbname="postgres",
-                         autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = f"postgresql+psycopg://postgres@/{name}?host={pg_server.sockdir}&port={pg_server.port}"
-    engine = make_engine(url)
-    upgrade(engine)
-    engine.dispose()
-    return url
 
 
 def _start(url: str, server: RedisServer, text: str) -> Any:

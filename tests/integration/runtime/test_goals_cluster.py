@@ -5,9 +5,6 @@ beat once. Waits poll SQL state (no bare sleeps)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,47 +16,16 @@ import sqlalchemy as sa
 
 from rsi_common.client import RsiClient
 from rsi_common.config import Settings
-from rsi_common.db import WorldRow, make_engine, session_factory, upgrade
+from rsi_common.db import WorldRow, make_engine, session_factory
 from rsi_common.db.runtime_models import MessageRow, ScheduleRow
 from rsi_common.dispatch import QUEUE_AGENTS, TASK_TICK, KombuDispatcher, RecordingDispatcher
 from rsi_common.runtime.heartbeats import fire_due
 from rsi_common.runtime.host import RuntimeClient
 from rsi_common.runtime.tree import AgentProfile
-from rsi_worker.local.servers import PostgresServer, RedisServer
-from tests.support.cluster import REPO, Cluster
+from rsi_worker.local.servers import RedisServer
+from tests.integration.runtime.conftest import AgentsCluster
 
 pytestmark = pytest.mark.timeout(180)
-
-
-class AgentsCluster(Cluster):
-    """Workers of queue ``agents`` only (threads pool)."""
-
-    def _spawn(self, i: int) -> subprocess.Popen[bytes]:
-        log = open(self.tmp / f"worker{i}.log", "ab")  # noqa: SIM115 - owned by the child
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "rsi_worker.cli", "worker", "-Q", QUEUE_AGENTS, "-c",
-             str(self.concurrency), "-n", f"g{i}-{os.getpid()}@%h", "-l", "WARNING"],
-            cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        return proc
-
-
-_n = iter(range(1000))
-
-
-@pytest.fixture
-def pg_url(pg_server: PostgresServer) -> str:
-    import psycopg
-
-    name = f"goals{next(_n)}_{os.getpid()}"
-    with psycopg.connect(host=str(pg_server.sockdir), port=pg_server.port, user="postgres", dbname="postgres",
-                         autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    url = f"postgresql+psycopg://postgres@/{name}?host={pg_server.sockdir}&port={pg_server.port}"
-    engine = make_engine(url)
-    upgrade(engine)
-    engine.dispose()
-    return url
 
 
 def test_autonomy_reaches_the_goal_and_the_tick_posts_a_heartbeat_on_a_worker(
