@@ -21,6 +21,7 @@ from rsi_common.db.runtime_models import GoalRow
 from rsi_common.errors import InvalidInput
 from rsi_common.kernel.types import ToolDef
 from rsi_common.runtime.checks import MAX_REASON_CHARS, CheckContext, run_check, tool_calls_of, validate_check
+from rsi_common.runtime.host_checks import check_text_field
 from rsi_common.runtime.ids import new_id
 from rsi_common.runtime.tree import add_event, get_runtime
 
@@ -63,11 +64,10 @@ def goal_json(row: GoalRow) -> dict[str, Any]:
 
 
 def _objective(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
+    text = check_text_field(value, "objective", MAX_OBJECTIVE_CHARS).strip()
+    if not text:
         raise InvalidInput("objective must be a non-empty string")
-    if len(value) > MAX_OBJECTIVE_CHARS or "\x00" in value:
-        raise InvalidInput(f"objective must be at most {MAX_OBJECTIVE_CHARS} characters, without NUL")
-    return value.strip()
+    return text
 
 
 def _budget(value: Any, used: int = 0) -> int:

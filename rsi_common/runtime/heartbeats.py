@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from rsi_common.db.runtime_models import AgentRuntimeRow, MessageRow, ScheduleRow
 from rsi_common.errors import InvalidInput
+from rsi_common.runtime.host_checks import check_text_field
 from rsi_common.runtime.ids import new_id
 from rsi_common.runtime.tree import add_event, get_runtime
 
@@ -69,9 +70,10 @@ def _timing(every_s: Any, cron: Any) -> tuple[int | None, str | None]:
 
 
 def _text(value: Any, field: str, limit: int) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > limit or "\x00" in value:
-        raise InvalidInput(f"{field} must be a non-empty string of at most {limit} characters, without NUL")
-    return value.strip()
+    text = check_text_field(value, field, limit).strip()
+    if not text:
+        raise InvalidInput(f"{field} must be a non-empty string")
+    return text
 
 
 def _label(value: Any) -> str:

@@ -139,6 +139,10 @@ def test_goals_heartbeats_autonomy_and_refinement_through_the_cli(env: dict[str,
         (("refine", "P", "--criteria", "[" * 200 + "]" * 200), "criteria: nested deeper than"),
         (("revoke", "P", "v1", "bad", "--taint-evidence", "yes"), "taint_evidence: must be true or false"),
         (("update_goal", "P", "--status", "done"), "status: must be one of paused, active, cancelled"),
+        (("set_goal", "P", "\udcff", "100"), "objective: contains a lone surrogate"),
+        (("update_goal", "P", "--objective", "a\x00b"), "objective: contains U+0000"),
+        (("add_heartbeat", "P", "\udcff", "--every-s", "60"), "instruction: contains a lone surrogate"),
+        (("refine", "P", "--focus", "\udcff"), "focus must not hold control characters or lone surrogates"),
     ]
     for args, message in cases:
         result = rsi(env, *args)
