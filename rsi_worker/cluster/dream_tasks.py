@@ -11,10 +11,12 @@ row wins, so a redelivered chunk (a worker killed mid-sweep) stores nothing new 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery, group
+from celery.exceptions import TimeoutError as CeleryTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from rsi_common.db.dream import dream_episodes, save_dream_episode
@@ -68,7 +70,12 @@ def register_dream(app: Celery, ctx: WorkerContext, chain: list[Middleware] | No
 
 class CeleryExecutor:
     """Fan episodes out as ``rsi.dream_episodes`` tasks of ``chunk`` episodes each, wait, and read
-    the episodes the workers stored under ``cycle_id``."""
+    the episodes the workers stored under ``cycle_id``.
+
+    A chunk whose message a killed worker took off the broker before acknowledging it is never
+    answered (docs/operations/recovery-bounds.md): after ``resubmit_s`` without every answer, the
+    chunks whose episodes are not all stored are sent again (a chunk skips stored episodes, so a
+    late original does no harm), until ``timeout_s``."""
 
     def __init__(
         self,
@@ -78,9 +85,10 @@ class CeleryExecutor:
         *,
         chunk: int = 4,
         timeout_s: float = 600.0,
+        resubmit_s: float = 60.0,
     ) -> None:
         self.app, self.sessions, self.cycle_id = app, sessions, cycle_id
-        self.chunk, self.timeout_s = max(1, chunk), timeout_s
+        self.chunk, self.timeout_s, self.resubmit_s = max(1, chunk), timeout_s, resubmit_s
 
     def run(
         self, code: PolicyCode, jobs: Sequence[tuple[TreeWorld, float]], params: EvalParams, label: str = ""
@@ -109,7 +117,24 @@ class CeleryExecutor:
             )
             for part in parts
         ]
-        answers = group(sigs).apply_async().get(timeout=self.timeout_s, disable_sync_subtasks=False)
+        deadline = time.monotonic() + self.timeout_s
+        waiting = group(sigs).apply_async()
+        while True:
+            try:
+                answers = waiting.get(timeout=max(0.1, min(self.resubmit_s, deadline - time.monotonic())),
+                                      disable_sync_subtasks=False)
+                break
+            except CeleryTimeout:
+                if time.monotonic() >= deadline:
+                    raise
+                with self.sessions() as s:
+                    stored = dream_episodes(s, self.cycle_id, label)
+                again = [sig.clone() for sig, part in zip(sigs, parts, strict=True)
+                         if any((w.world_id, beta_key(b)) not in stored for w, b in part)]
+                if not again:  # every episode is stored: the answers left are of done chunks
+                    answers = []
+                    break
+                waiting = group(again).apply_async()
         bad = [a for a in answers if not isinstance(a, dict) or a.get("status") != "ok"]
         if bad:
             raise RuntimeError(f"a dream episode chunk failed: {str(bad[0])[:300]}")
