@@ -41,7 +41,10 @@ def _start(sessions: sessionmaker[Session], agent: str, fence: int, io: str) -> 
         return db.start_run(s, agent, fence=fence, io_id=io).id
 
 
-def _wait_lease_gone(coord: Coordinator, agent: str, timeout_s: float = 5.0) -> None:
+def _expire_lease(coord: Coordinator, agent: str, timeout_s: float = 5.0) -> None:
+    """The run stops renewing: the lease's key gets a 1 ms TTL and Redis expires it. The lease
+    itself is long (60 s), so no step of a test can lose it to a slow machine before this."""
+    coord.client.pexpire(lease_key(agent), 1)
     deadline = time.monotonic() + timeout_s
     while coord.lease_holder(agent) is not None:
         assert time.monotonic() < deadline, "the lease did not expire"
@@ -111,14 +114,14 @@ def test_redis_down_defers_quickly_and_the_sweeper_enqueues_later(
 def test_expired_lease_interrupts_the_run_and_resumes_its_pending_turn(
     client: RsiClient, sessions: sessionmaker[Session], recorder: RecordingDispatcher, rclient: redis.Redis
 ) -> None:
-    client.coord = Coordinator(rclient, lease_s=0.3)
+    client.coord = Coordinator(rclient, lease_s=60)
     client.record_turn("a1", {"world": make_world("io1", 1.0)})
     _, _, token, fence = recorder.calls[0].args
     run_id = _start(sessions, "a1", fence, "io1")
     assert client.record_turn("a1", {"world": make_world("io2", 2.0)}).dispatched == "pending"
     fresh = _sweep(client, sessions)
     assert (fresh.runs_checked, fresh.actions) == (1, 0)
-    _wait_lease_gone(client.coord, "a1")  # the run stopped renewing
+    _expire_lease(client.coord, "a1")
     report = _sweep(client, sessions)
     assert (report.lease_expired, report.stale, report.pending_enqueued, report.enqueued) == (1, 0, 1, 1)
     run = _run(sessions, run_id)
@@ -162,11 +165,11 @@ def test_a_run_older_than_run_stale_s_is_interrupted_and_its_lease_deleted(
 def test_failed_resume_is_retried_by_the_next_sweep(
     client: RsiClient, sessions: sessionmaker[Session], recorder: RecordingDispatcher, rclient: redis.Redis
 ) -> None:
-    client.coord = Coordinator(rclient, lease_s=0.3)
+    client.coord = Coordinator(rclient, lease_s=60)
     client.record_turn("a1", {"world": make_world("io1", 1.0)})
     run_id = _start(sessions, "a1", recorder.calls[0].args[3], "io1")
     client.record_turn("a1", {"world": make_world("io2", 2.0)})
-    _wait_lease_gone(client.coord, "a1")
+    _expire_lease(client.coord, "a1")
     recorder.fail = True
     report = _sweep(client, sessions)
     # the resume failed, and step 2 (grace 0) retried the un-marked turn at once: failed too
