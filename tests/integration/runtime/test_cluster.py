@@ -62,7 +62,7 @@ def test_a_one_thread_worker_completes_a_parent_waiting_on_three_children_across
     re-runs the same io, each handle settles once, and no spend key or world is duplicated."""
     client, sessions = _start(pg_url, redis_srv, "topic 0; slow 1; topic 2")
     env = {"RSI_MODEL_FACTORY": FACTORY, "RSI_TASK_SOFT_TIME_LIMIT_S": "6", "RSI_TASK_TIME_LIMIT_S": "8",
-           "RSI_VISIBILITY_TIMEOUT_S": "10", "RSI_RUNTIME__TURN_LEASE_S": "3"}
+           "RSI_VISIBILITY_TIMEOUT_S": "10", "RSI_RUNTIME__TURN_LEASE_S": "8"}
     r = redis.Redis.from_url(redis_srv.client_url)
     with AgentsCluster(tmp_path, pg_url, redis_srv.url, n=1, concurrency=1, env=env) as cluster:
         cluster.wait_for("the slow child to start", lambda: r.lindex(SLOW_KEY, 0), 60)
