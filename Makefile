@@ -28,6 +28,9 @@ test: $(STAMP)
 	scripts/provision.sh
 	$(PY) -m ruff check .
 	$(PY) -m mypy rsi_common rsi_worker
+# Bytecode once, read by every worker, `rsi` and `celery` process the tests start (each would
+# compile the sources again under PYTHONDONTWRITEBYTECODE; docs/dev/testing.md).
+	$(PY) -m compileall -q -j 0 rsi_common rsi_worker tests
 	scripts/pytest.sh $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 clean:

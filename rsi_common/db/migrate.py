@@ -5,23 +5,25 @@ table is ``rsi_alembic_version`` and autogenerate only looks at ``rsi_*`` tables
 share a database with the host application (and with the host's own Alembic history).
 
 ``rsi db upgrade`` calls :func:`upgrade`; on an empty database it creates every table.
+
+Alembic is imported inside the functions that use it: it pulls in Mako and Pygments (about 1 s of
+CPU), which every process importing :mod:`rsi_common.db` (workers, ``rsi`` and ``celery -A``
+commands) would otherwise pay at start-up without migrating anything (docs/dev/testing.md).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.config import Config
-from alembic.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 
 from rsi_common.db.engine import make_engine
 from rsi_common.db.models import Base
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 __all__ = [
     "MIGRATIONS_DIR",
@@ -54,6 +56,8 @@ def alembic_config(url: str | sa.URL | None = None, *, connection: Connection | 
         url: database URL (used by ``env.py`` when no connection is given).
         connection: an open connection the migration runs on (takes precedence over ``url``).
     """
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     if url is not None:
@@ -71,6 +75,8 @@ def upgrade(engine_or_url: Engine | str | sa.URL, revision: str = "head") -> Non
         engine_or_url: an engine (not disposed) or a URL (an engine is made and disposed).
         revision: Alembic revision target.
     """
+    from alembic import command
+
     engine = engine_or_url if isinstance(engine_or_url, Engine) else make_engine(engine_or_url)
     try:
         with engine.begin() as conn:
@@ -82,6 +88,8 @@ def upgrade(engine_or_url: Engine | str | sa.URL, revision: str = "head") -> Non
 
 def head_revision() -> str:
     """The newest revision id of the migration scripts."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None
     return head
@@ -89,6 +97,8 @@ def head_revision() -> str:
 
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at (``None`` before the first upgrade)."""
+    from alembic.migration import MigrationContext
+
     with engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
         return ctx.get_current_revision()
@@ -100,6 +110,9 @@ def schema_diff(engine: Engine) -> list[Any]:
     Returns:
         Alembic autogenerate's diff list (empty ⇔ the migrated schema equals the models).
     """
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
     with engine.connect() as conn:
         ctx = MigrationContext.configure(
             conn,

@@ -3,6 +3,11 @@
 Workers are started as subprocesses with ``rsi worker`` (the same command operators run) against
 a real redis-server and a database URL; tests drive them through the host API or the dispatcher
 and wait on SQL state with deadlines (no bare sleeps).
+
+Workers run ``--no-supervise`` (as in the Kubernetes Deployment and compose) unless a test asks for
+the supervisor (``supervise=True``, e.g. when it restarts the broker under the workers): a supervised
+worker is two Python processes that each import the whole CLI, about twice the start-up CPU and
+4 s more to stop (docs/dev/testing.md).
 """
 
 from __future__ import annotations
@@ -36,9 +41,9 @@ class Cluster:
     """``n`` worker processes (threads pool) sharing one broker and one database."""
 
     def __init__(self, tmp: Path, db_url: str, redis_url: str, *, n: int = 2, concurrency: int = 8,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, supervise: bool = False) -> None:
         self.tmp, self.db_url, self.redis_url = tmp, db_url, redis_url
-        self.n, self.concurrency = n, concurrency
+        self.n, self.concurrency, self.supervise = n, concurrency, supervise
         self.env = worker_env(db_url, redis_url, tmp / "home", **dict(env or {}))
         self.procs: list[subprocess.Popen[bytes]] = []
         self.engine = make_engine(db_url)
@@ -53,13 +58,18 @@ class Cluster:
         log = open(self.tmp / f"worker{i}.log", "ab")  # noqa: SIM115 - owned by the child
         proc = subprocess.Popen(
             [sys.executable, "-m", "rsi_worker.cli", "worker", "-c", str(self.concurrency),
-             "-n", f"w{i}-{os.getpid()}@%h", "-l", "WARNING"],
+             "-n", f"w{i}-{os.getpid()}@%h", "-l", "WARNING", *self.supervision()],
             cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         return proc
 
+    def supervision(self) -> list[str]:
+        """``rsi worker``'s option: none (supervised by a parent process) or ``--no-supervise``."""
+        return [] if self.supervise else ["--no-supervise"]
+
     def kill(self, i: int) -> None:
-        """``kill -9`` worker ``i`` (no warm shutdown: in-flight tasks are not acknowledged)."""
+        """``kill -9`` worker ``i`` and its supervisor, if any (no warm shutdown: in-flight tasks are
+        not acknowledged)."""
         proc = self.procs[i]
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)

@@ -90,7 +90,9 @@ def test_redis_restart_mid_run_loses_no_world_and_the_sweeper_reruns(tmp_path: P
     client = host(tmp_path, redis_srv)
     turns = conversation("shop", "c1", [REQUEST, CORRECTION], 1e9)
     env = {"RSI_SIM_LATENCY_MS": "300"}
-    with Cluster(tmp_path, client.settings.database_url, redis_srv.url, n=2, env=env) as cluster:
+    # Supervised: a worker whose broker vanishes mid-delivery may exit and must be started again.
+    with Cluster(tmp_path, client.settings.database_url, redis_srv.url, n=2, env=env,
+                 supervise=True) as cluster:
         for t in turns:
             client.record_turn("shop", t)
         cluster.wait_for("a round to replay", lambda: any(

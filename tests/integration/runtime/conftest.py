@@ -22,7 +22,7 @@ class AgentsCluster(Cluster):
         log = open(self.tmp / f"worker{i}.log", "ab")  # noqa: SIM115 - owned by the child
         proc = subprocess.Popen(
             [sys.executable, "-m", "rsi_worker.cli", "worker", "-Q", QUEUE_AGENTS, "-c",
-             str(self.concurrency), "-n", f"a{i}-{os.getpid()}@%h", "-l", "WARNING"],
+             str(self.concurrency), "-n", f"a{i}-{os.getpid()}@%h", "-l", "WARNING", *self.supervision()],
             cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         return proc
