@@ -429,6 +429,16 @@ def _charge_of(sl: _Slice, result: TurnResult) -> Charge:
                   turns=1 if sl.k == 1 else 0)
 
 
+_SESSIONS: sa.Table = SessionRow.__table__  # type: ignore[assignment]
+# built once (docs/runtime/turn-cost.md); a Core statement: the commit's session holds no SessionRow
+_SESSION_COMMIT = sa.update(_SESSIONS).where(
+    _SESSIONS.c.id == sa.bindparam("row"), _SESSIONS.c.version == sa.bindparam("version")).values(
+    version=sa.bindparam("new_version"), turns=sa.bindparam("turns"), slice=sa.bindparam("slice"),
+    pending=sa.bindparam("pending", type_=_SESSIONS.c.pending.type),
+    wait_deadline=sa.bindparam("wait_deadline", type_=_SESSIONS.c.wait_deadline.type),
+    messages=sa.bindparam("messages", type_=_SESSIONS.c.messages.type))
+
+
 def _commit(env: TurnEnv, sl: _Slice, result: TurnResult, consumed_ids: list[str], hops_in: int,
             request: Any, ctx: ToolContext) -> tuple[TurnOutcome, bool]:
     """Step 7: one transaction, optimistic on ``rsi_sessions.version``; then step 8. Returns the
@@ -444,10 +454,10 @@ def _commit(env: TurnEnv, sl: _Slice, result: TurnResult, consumed_ids: list[str
             waits = (result.pending or {})["waits"]
             pend = {**(result.pending or {}), "hops_in": hops_in, "request": request}
             deadline = now + timedelta(seconds=min(float(w["timeout_s"]) for w in waits.values()))
-        done: Any = s.execute(sa.update(SessionRow).where(
-            SessionRow.id == sl.row.id, SessionRow.version == sl.row.version).values(
-            version=sl.row.version + 1, turns=sl.n, slice=sl.k if yielded else 0, pending=pend,
-            wait_deadline=deadline, messages=list(sl.row.messages) + list(result.transcript)))
+        done: Any = s.execute(_SESSION_COMMIT, {
+            "row": sl.row.id, "version": sl.row.version, "new_version": sl.row.version + 1, "turns": sl.n,
+            "slice": sl.k if yielded else 0, "pending": pend, "wait_deadline": deadline,
+            "messages": list(sl.row.messages) + list(result.transcript)})
         if not done.rowcount or (consumed_ids and consume(s, consumed_ids, sl.io) < len(consumed_ids)):
             s.rollback()
             env.budget.release(sl.res_id, sl.rt.root_id)
