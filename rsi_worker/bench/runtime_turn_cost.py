@@ -7,7 +7,8 @@ by :func:`~rsi_common.runtime.turns.run_session_turn` and everything it does is 
 
 * SQL statements by kind and table (``before_cursor_execute``), transactions begun and committed,
   connection checkouts (each one a ``pool_pre_ping`` round trip on PostgreSQL);
-* Redis commands by name (scripts as ``EVALSHA``/``EVAL``), on the turn's Redis client;
+* Redis commands by name (scripts as ``EVALSHA``/``EVAL`` with their first key), on the turn's Redis
+  client, pipelined ones included (and the pipelines counted);
 * wakes (Celery hops on the cluster: one ``rsi.agent_turn`` enqueue each);
 * JSON encodes and decodes (``json.JSONEncoder.encode``, ``json.JSONDecoder.decode``: the engine's
   serializer, worlds, tool results);
@@ -71,6 +72,22 @@ def statement_table(statement: str) -> str:
         kind = f"WITH+{found.group(1).upper()}" if found else "WITH"
     m = _TABLE.search(text)
     return f"{kind} {m.group(1) if m else '-'}"
+
+
+_VARIABLE = re.compile(r"(?<=:)(?:sa_\w+|\d{4}-\d\d-\d\d|[\w.]+(?=:(?:turn|wake|attempt|spent|inbox)\b))")
+
+
+def redis_command(args: Any) -> str:
+    """A Redis command's name; a script's (``EVALSHA``/``EVAL``) with its first key, ids replaced by
+    ``*`` (``EVALSHA rsi:tree:*:slots``)."""
+    name = str(args[0]).upper()
+    if name in ("EVALSHA", "EVAL") and len(args) > 3 and int(args[2]) > 0:
+        key = args[3].decode() if isinstance(args[3], bytes) else str(args[3])
+        parts = key.split(":")
+        if len(parts) > 2 and parts[1] == "tree":
+            parts[2] = "*"
+        return f"{name} {_VARIABLE.sub('*', ':'.join(parts))}"
+    return name
 
 
 class _Policy:
@@ -154,10 +171,27 @@ class TurnCounter:
 
         def counted(*args: Any, **options: Any) -> Any:
             if self._mine():
-                self.redis[str(args[0]).upper()] += 1
+                self.redis[redis_command(args)] += 1
             return execute(*args, **options)
 
         client.execute_command = counted  # type: ignore[method-assign]
+        make_pipeline: Callable[..., Any] = client.pipeline
+
+        def counted_pipeline(*args: Any, **kwargs: Any) -> Any:
+            pipe = make_pipeline(*args, **kwargs)
+            run: Callable[..., Any] = pipe.execute
+
+            def execute_pipe(*a: Any, **k: Any) -> Any:
+                if self._mine():
+                    self.other["redis_pipelines"] += 1
+                    for command_args, _ in pipe.command_stack:
+                        self.redis[redis_command(command_args)] += 1
+                return run(*a, **k)
+
+            pipe.execute = execute_pipe
+            return pipe
+
+        client.pipeline = counted_pipeline  # type: ignore[method-assign]
         wake = env.wake
 
         def counted_wake(agent: str, session: str) -> None:
@@ -209,6 +243,7 @@ class TurnCounter:
                     setattr(owner, name, old)
             env.wake = wake
             del client.execute_command
+            del client.pipeline
             event.remove(engine.pool, "checkout", checkout)
             for name, fn in listeners:
                 event.remove(engine, name, fn)
@@ -287,6 +322,7 @@ def _count(client: RsiClient, n: int, warm: int = 3) -> dict[str, Any]:
         "sql_checkouts": round(counter.other["sql_checkout"] / n, 2),
         "redis_commands": round(sum(counter.redis.values()) / n, 2),
         "redis_by_command": {k: round(v / n, 2) for k, v in counter.redis.most_common()},
+        "redis_pipelines": round(counter.other["redis_pipelines"] / n, 2),
         "wakes": round(counter.other["wakes"] / n, 2),
         "json_encodes": round(counter.other["json_encodes"] / n, 2),
         "json_decodes": round(counter.other["json_decodes"] / n, 2),
