@@ -98,7 +98,8 @@ class _Outcome(Protocol):
 _O = TypeVar("_O", bound=_Outcome)
 
 __all__ = ["DEFAULT_BUDGET", "START_TEXT", "after_logical_turn", "autonomy_json", "continuation_text",
-           "recover_steps", "reserve_want", "start_autonomy", "stop_autonomy", "stop_on_cap"]
+           "loop_running", "recover_steps", "reserve_want", "running_loop", "start_autonomy", "stop_autonomy",
+           "stop_on_cap", "want_of"]
 
 DEFAULT_BUDGET: dict[str, Any] = {"max_turns": 12, "max_tokens": 80_000, "max_usd": None, "max_wall_s": 1800}
 START_TEXT = "Start working toward the goal."
@@ -214,11 +215,20 @@ def reserve_want(factory: sessionmaker[Session], agent: str, want: int) -> int:
     """``want`` bounded by the active goal's and the running loop's remaining tokens (at least 1: a
     spent goal or loop has already ended)."""
     with factory() as s:
-        bounds = [want, goal_remainder(s, agent)]
-        loop = s.execute(sa.select(AutonomyRow).where(AutonomyRow.agent_id == agent,
-                                                      AutonomyRow.status == "running")).scalars().first()
-        if loop is not None:
-            bounds.append(int(loop.budget["max_tokens"]) - int(loop.tokens))
+        return want_of(want, goal_remainder(s, agent), running_loop(s, agent))
+
+
+def running_loop(s: Session, agent: str) -> AutonomyRow | None:
+    """The agent's ``running`` loop (a turn reads it once, when it loads)."""
+    return s.execute(sa.select(AutonomyRow).where(AutonomyRow.agent_id == agent,
+                                                  AutonomyRow.status == "running")).scalars().first()
+
+
+def want_of(want: int, goal_left: int | None, loop: AutonomyRow | None) -> int:
+    """:func:`reserve_want` of a goal remainder and a running loop already read."""
+    bounds = [want, goal_left]
+    if loop is not None:
+        bounds.append(int(loop.budget["max_tokens"]) - int(loop.tokens))
     return max(1, min(b for b in bounds if b is not None))
 
 
@@ -245,11 +255,8 @@ def after_logical_turn(env: _Env, sl: _Slice, result: TurnResult, out: _O, *, ex
     if out.outcome != "ran" or result.pending is not None:
         return out
     with env.factory() as s:
-        running = s.execute(sa.select(AutonomyRow.id).where(
-            AutonomyRow.agent_id == sl.agent, AutonomyRow.session == sl.session,
-            AutonomyRow.status == "running")).first()
-    if running is None:
-        return out
+        if not loop_running(s, sl.agent, sl.session):
+            return out
     spent = env.budget.totals(sl.rt.root_id, sl.agent, sl.day)  # read before the write transaction
     with env.factory.begin() as s:
         loop = _running(s, sl.agent)
@@ -259,6 +266,13 @@ def after_logical_turn(env: _Env, sl: _Slice, result: TurnResult, out: _O, *, ex
     if woke:
         env.wake(sl.agent, sl.session)
     return out
+
+
+def loop_running(s: Session, agent: str, session: str) -> bool:
+    """Whether ``agent``'s ``session`` has a running loop."""
+    return s.execute(sa.select(AutonomyRow.id).where(
+        AutonomyRow.agent_id == agent, AutonomyRow.session == session,
+        AutonomyRow.status == "running")).first() is not None
 
 
 def _step(env: _Env, s: Session, sl: _Slice, loop: AutonomyRow, result: TurnResult,

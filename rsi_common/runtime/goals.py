@@ -25,8 +25,9 @@ from rsi_common.runtime.host_checks import check_text_field
 from rsi_common.runtime.ids import new_id
 from rsi_common.runtime.tree import add_event, get_runtime
 
-__all__ = ["LIVE_GOAL", "MAX_OBJECTIVE_CHARS", "GoalRow", "commit_goal", "goal_json", "goal_notes",
-           "goal_remainder", "goal_tools", "latest_goal", "live_goal", "set_goal", "update_goal"]
+__all__ = ["LIVE_GOAL", "MAX_OBJECTIVE_CHARS", "GoalRow", "active_goal", "commit_goal", "goal_json",
+           "goal_notes", "goal_notes_of", "goal_remainder", "goal_remainder_of", "goal_tools",
+           "goal_tools_of", "latest_goal", "live_goal", "set_goal", "update_goal"]
 
 LIVE_GOAL: tuple[str, ...] = ("active", "paused")
 MAX_OBJECTIVE_CHARS = 4000
@@ -51,9 +52,13 @@ def latest_goal(s: Session, agent: str) -> GoalRow | None:
         live_first, GoalRow.updated_at.desc(), GoalRow.created_at.desc()).limit(1)).scalar_one_or_none()
 
 
-def _active(s: Session, agent: str) -> GoalRow | None:
+def active_goal(s: Session, agent: str) -> GoalRow | None:
+    """The agent's ``active`` goal (a turn reads it once, when it loads: docs/runtime/turn-cost.md)."""
     row = live_goal(s, agent)
     return row if row is not None and row.status == "active" else None
+
+
+_active = active_goal
 
 
 def goal_json(row: GoalRow) -> dict[str, Any]:
@@ -143,15 +148,23 @@ def goal_notes(factory: sessionmaker[Session], agent: str) -> list[str]:
     """The turn's recorded note ``Goal: <objective> (tokens used <u> of <budget>)`` when a goal is
     active (the turn's ``plan.turn_notes``, so the world records it and a replay shows it again)."""
     with factory() as s:
-        row = _active(s, agent)
-        if row is None:
-            return []
-        return [f"Goal: {row.objective} (tokens used {int(row.tokens_used)} of {row.token_budget})"]
+        return goal_notes_of(_active(s, agent))
+
+
+def goal_notes_of(row: GoalRow | None) -> list[str]:
+    """:func:`goal_notes` of an active goal already read (``None``: no active goal)."""
+    if row is None:
+        return []
+    return [f"Goal: {row.objective} (tokens used {int(row.tokens_used)} of {row.token_budget})"]
 
 
 def goal_remainder(s: Session, agent: str) -> int | None:
     """Tokens the active goal has left (``None``: no active goal)."""
-    row = _active(s, agent)
+    return goal_remainder_of(_active(s, agent))
+
+
+def goal_remainder_of(row: GoalRow | None) -> int | None:
+    """:func:`goal_remainder` of an active goal already read."""
     if row is None or row.token_budget is None:
         return None
     return max(0, int(row.token_budget) - int(row.tokens_used))
@@ -162,9 +175,16 @@ def goal_tools(factory: sessionmaker[Session], agent: str, session: str, check_f
     """``goal_get`` and ``goal_complete``, offered only while the agent has an active goal."""
     with factory() as s:
         row = _active(s, agent)
-        if row is None:
-            return []
-        goal_id = row.id
+        goal_id = None if row is None else row.id
+    return goal_tools_of(goal_id, factory, agent, session, check_factory)
+
+
+def goal_tools_of(goal_id: str | None, factory: sessionmaker[Session], agent: str, session: str,
+                  check_factory: str | None) -> list[ToolDef]:
+    """:func:`goal_tools` for the active goal ``goal_id`` already read (``None``: no tools); the tools
+    read the goal again when called."""
+    if goal_id is None:
+        return []
 
     def get(_args: dict[str, Any]) -> str:
         with factory() as s:
@@ -222,13 +242,13 @@ def commit_goal(s: Session, agent: str, session: str, io: str, tokens: int,
     """Inside the turn's commit: add the slice's ``tokens`` to the active goal, complete it on a passing
     claim (the check re-run on the whole turn keeps integrity), else mark it ``budget_exhausted`` when
     its budget is spent. Returns the goal's new status when it changed."""
-    row = _active(s, agent)
+    # one statement finds the active goal and adds the tokens, atomic on the row: two sessions of
+    # one agent may commit at once (at most one goal is live: set_goal)
+    row = s.execute(sa.update(GoalRow).where(GoalRow.agent_id == agent, GoalRow.status == "active").values(
+        tokens_used=GoalRow.tokens_used + max(0, int(tokens))).returning(GoalRow)
+        .execution_options(synchronize_session=False, populate_existing=True)).scalars().first()
     if row is None:
         return None
-    # atomic on the row: two sessions of one agent may commit at once
-    s.execute(sa.update(GoalRow).where(GoalRow.id == row.id).values(
-        tokens_used=GoalRow.tokens_used + max(0, int(tokens))))
-    s.refresh(row)
     summary = _claim(transcript, row.id)
     new: str | None = None
     reason = ""

@@ -230,11 +230,13 @@ def wake_after_commit(client: Any, boxes: Sequence[Mailbox]) -> list[Mailbox]:
     return [b for b in boxes if client.set(keys.wake(b.agent, b.session), "1", nx=True, ex=keys.WAKE_TTL_S)]
 
 
-def claim(session: Session, agent: str, session_id: str, io: str, *, limit: int, lease_s: float
-          ) -> list[MessageRow]:
+def claim(session: Session, agent: str, session_id: str, io: str, *, limit: int, lease_s: float,
+          now: Any = None) -> list[MessageRow]:
     """Claim up to ``limit`` unconsumed messages of the mailbox for ``io`` (those unclaimed, claimed
-    by ``io`` already, or whose claim expired), in ``seq`` order, until ``now + lease_s``."""
-    now = session.execute(sa.select(db_now())).scalar_one()
+    by ``io`` already, or whose claim expired), in ``seq`` order, until ``now + lease_s``. ``now``: the
+    database clock read earlier in the turn (``None``: read it here)."""
+    if now is None:
+        now = session.execute(sa.select(db_now())).scalar_one()
     stmt = sa.select(MessageRow).where(
         MessageRow.recipient == agent, MessageRow.session_id == session_id, MessageRow.consumed_io.is_(None),
         sa.or_(MessageRow.claimed_io.is_(None), MessageRow.claimed_io == io, MessageRow.claimed_until < now),

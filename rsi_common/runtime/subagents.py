@@ -305,16 +305,15 @@ def settle(session: Session, handle: str, status: str, *, answer: str | None = N
     """
     if status not in SETTLED:
         raise InvalidInput(f"status must be one of {', '.join(SETTLED)}")
-    result: Any = session.execute(sa.update(SubagentRow).where(
+    # the guarded update returns the parent for the event (one statement, docs/runtime/turn-cost.md)
+    parent = session.execute(sa.update(SubagentRow).where(
         SubagentRow.id == handle, SubagentRow.status.in_(LIVE)).values(
         status=status, answer=None if answer is None else answer[:ANSWER_MAX_CHARS],
-        error=None if error is None else error[:300], settled_at=db_now()))
-    won = bool(result.rowcount)
-    if won:
-        parent = session.execute(
-            sa.select(SubagentRow.parent_agent).where(SubagentRow.id == handle)).scalar_one()
+        error=None if error is None else error[:300], settled_at=db_now())
+        .returning(SubagentRow.parent_agent)).scalar_one_or_none()
+    if parent is not None:
         add_event(session, parent, "settle", actor, handle=handle, status=status, error=error)
-    return won
+    return parent is not None
 
 
 def cancel(session: Session, handle: str, reason: str, *, actor: str = "runtime") -> list[str]:

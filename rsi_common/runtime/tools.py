@@ -23,7 +23,7 @@ from rsi_common.kernel.runner import CURRENT_TOOL_USE_ID
 from rsi_common.kernel.types import ToolDef, ToolResult, TurnYield
 from rsi_common.runtime.budget import Budget
 from rsi_common.runtime.caps import Caps
-from rsi_common.runtime.goals import goal_tools
+from rsi_common.runtime.goals import goal_tools, goal_tools_of
 from rsi_common.runtime.messages import Mailbox, Sender, claim, render, send
 from rsi_common.runtime.refine_tool import refine_tools
 from rsi_common.runtime.subagents import (
@@ -78,6 +78,10 @@ class ToolContext:
     """``RSI_CHECK_FACTORY`` (the goal's check runs in ``goal_complete``)."""
     refine: bool = False
     """The profile allows ``refine_request`` (:mod:`~rsi_common.runtime.refine_tool`)."""
+    goal_read: bool = False
+    """The turn read the agent's active goal when it loaded: :attr:`goal_id` is it (no second read)."""
+    goal_id: str | None = None
+    """The active goal's id when :attr:`goal_read` (``None``: no active goal)."""
     refines: list[Any] = field(default_factory=list)
     """Refine requests this slice accepted (started after its commit)."""
 
@@ -206,7 +210,10 @@ def runtime_tools(ctx: ToolContext) -> list[ToolDef]:
                     {"type": "object", "properties": {"max": {"type": "integer"}}}, family=FAMILY,
                     executor=guarded(do_receive)),
         ]
-    tools += goal_tools(ctx.factory, ctx.agent, ctx.session, ctx.check_factory)
+    if ctx.goal_read:
+        tools += goal_tools_of(ctx.goal_id, ctx.factory, ctx.agent, ctx.session, ctx.check_factory)
+    else:
+        tools += goal_tools(ctx.factory, ctx.agent, ctx.session, ctx.check_factory)
     tools += refine_tools(ctx)
     tools.append(ToolDef("budget_get", "What remains of today's budget.", family=FAMILY, read_only=True,
                          executor=lambda _args: _json(ctx.budget_left())))

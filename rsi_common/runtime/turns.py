@@ -38,20 +38,20 @@ import sqlalchemy as sa
 from rsi_common import db
 from rsi_common.client import RsiClient
 from rsi_common.config import RuntimeParams
-from rsi_common.db.runtime_models import AgentRuntimeRow, MessageRow, SessionRow, SubagentRow
+from rsi_common.db.runtime_models import AgentRuntimeRow, AutonomyRow, MessageRow, SessionRow, SubagentRow
 from rsi_common.db.sqltypes import db_now
 from rsi_common.kernel.turn import run_turn
 from rsi_common.kernel.types import TurnPlan, TurnResult
 from rsi_common.llm import ModelClient
 from rsi_common.runtime import attempts, effects, keys
-from rsi_common.runtime.autonomy import after_logical_turn, reserve_want, stop_on_cap
+from rsi_common.runtime.autonomy import after_logical_turn, loop_running, running_loop, stop_on_cap, want_of
 from rsi_common.runtime.budget import Budget
 from rsi_common.runtime.caps import Caps, resolve_caps
-from rsi_common.runtime.goals import commit_goal, goal_notes
+from rsi_common.runtime.goals import GoalRow, active_goal, commit_goal, goal_notes_of, goal_remainder_of
 from rsi_common.runtime.messages import claim, consume, hops_of, render, wake_after_commit
 from rsi_common.runtime.prices import Price, price_of, usd_of
 from rsi_common.runtime.refine_tool import start_refines
-from rsi_common.runtime.spend import Charge, charge, db_day, turn_key
+from rsi_common.runtime.spend import Charge, charge, turn_key
 from rsi_common.runtime.subagents import SpecEntry, after_settle, settle
 from rsi_common.runtime.tools import ToolContext, runtime_tools, wait_result
 from rsi_common.runtime.tree import add_event, get_runtime, set_lifecycle
@@ -121,10 +121,9 @@ def _now_ms(redis: Any) -> int:
     return int(sec) * 1000 + int(usec) // 1000
 
 
-def _spec(env: TurnEnv, rt: AgentRuntimeRow) -> tuple[dict[str, Any] | None, dict[str, SpecEntry] | None]:
+def _spec(rt: AgentRuntimeRow, root: AgentRuntimeRow
+          ) -> tuple[dict[str, Any] | None, dict[str, SpecEntry] | None]:
     """The agent's own spec entry (children) and the catalog it may spawn from (the root's)."""
-    with env.factory() as s:
-        root = get_runtime(s, rt.root_id)
     raw = root.profile.get("subagents") or {}
     catalog = {k: SpecEntry(v["description"], tuple(v["tools"]), int(v["max_iterations"]))
                for k, v in raw.items()}
@@ -184,6 +183,7 @@ class _Slice:
     n: int
     k: int
     caps: Caps
+    facts: _Facts
     price: Price | None = None
     day: str = ""
     grant: int = 0
@@ -209,7 +209,23 @@ class _Slice:
         return f"{self.agent}:{self.io}"
 
 
-_Loaded = tuple[AgentRuntimeRow, SessionRow, "SubagentRow | None", Any, "dict[str, Any] | None"]
+@dataclass(frozen=True)
+class _Facts:
+    """What a turn reads once, in the transaction that loads it (docs/runtime/turn-cost.md): the
+    root's row (caps, catalog), the database clock, the active goal and the running loop."""
+
+    root: AgentRuntimeRow
+    now: Any
+    goal: GoalRow | None
+    loop: AutonomyRow | None
+
+    @property
+    def day(self) -> str:
+        """The UTC day of :attr:`now` (``YYYY-MM-DD``, as :func:`~rsi_common.runtime.spend.db_day`)."""
+        return str(self.now.strftime("%Y-%m-%d"))
+
+
+_Loaded = tuple[AgentRuntimeRow, SessionRow, "SubagentRow | None", _Facts]
 
 
 def _load(env: TurnEnv, agent: str, session: str) -> _Loaded:
@@ -223,17 +239,18 @@ def _load(env: TurnEnv, agent: str, session: str) -> _Loaded:
             s.flush()
         handle = s.get(SubagentRow, session) if session.startswith("sa_") else None
         now = s.execute(sa.select(db_now())).scalar_one()
-        root_caps = get_runtime(s, rt.root_id).caps
+        root = rt if rt.root_id == agent else get_runtime(s, rt.root_id)
+        facts = _Facts(root, now, active_goal(s, agent), running_loop(s, agent))
         if rt.lifecycle == "inactive":  # woken: rebuilt from SQL (docs/runtime/README.md#lifecycle)
             set_lifecycle(s, rt, "admitted", "runtime", f"woken in {session}")
         s.flush()
         s.expunge_all()
-    return rt, row, handle, now, root_caps
+    return rt, row, handle, facts
 
 
 def _locked_turn(env: TurnEnv, agent: str, session: str, token: str = "") -> TurnOutcome:
     redis, params = env.client.redis, env.params
-    rt, row, handle, now, root_caps = _load(env, agent, session)
+    rt, row, handle, facts = _load(env, agent, session)
     if rt.lifecycle == "deleted":
         return TurnOutcome("deleted")
     if rt.lifecycle == "failed":  # until restore (docs/runtime/failures.md)
@@ -242,10 +259,10 @@ def _locked_turn(env: TurnEnv, agent: str, session: str, token: str = "") -> Tur
     if handle is not None and handle.status == "cancelled":
         return TurnOutcome("cancelled")
     resume = row.pending is not None
-    if resume and not _wait_met(env, agent, row, now):
+    if resume and not _wait_met(env, agent, row, facts.now):
         return TurnOutcome("waiting")
     sl = _Slice(rt, row, handle, *((row.turns, row.slice + 1) if resume else (row.turns + 1, 1)),
-                caps=resolve_caps(params, root_caps))
+                caps=resolve_caps(params, facts.root.caps), facts=facts)
     member = f"{agent}|{session}"
     slot_keys = [keys.tree_slots(rt.root_id), keys.tree_waiting(rt.root_id)]
     if not env._slot(keys=slot_keys, args=[member, _now_ms(redis), params.turn_lease_s * 1000,
@@ -275,11 +292,10 @@ def _locked_turn(env: TurnEnv, agent: str, session: str, token: str = "") -> Tur
 
 def _slotted_turn(env: TurnEnv, sl: _Slice, resume: bool) -> TurnOutcome:
     redis, params, profile = env.client.redis, env.params, sl.rt.profile
-    with env.factory() as s:
-        sl.day = db_day(s)
+    sl.day = sl.facts.day
     sl.price = price_of(params.prices, profile["provider"], profile["model"])
-    grant = env.budget.reserve(res_id=sl.res_id, root=sl.rt.root_id, agent=sl.agent, day=sl.day,
-                               want=reserve_want(env.factory, sl.agent, params.turn_reserve_tokens),
+    want = want_of(params.turn_reserve_tokens, goal_remainder_of(sl.facts.goal), sl.facts.loop)
+    grant = env.budget.reserve(res_id=sl.res_id, root=sl.rt.root_id, agent=sl.agent, day=sl.day, want=want,
                                caps=sl.caps, price=sl.price,
                                ttl_s=params.turn_lease_s * params.max_turn_attempts)
     if grant.refused:
@@ -309,27 +325,28 @@ def _granted_turn(env: TurnEnv, sl: _Slice, resume: bool) -> TurnOutcome:
         turn_input: Any = _resume_input(env, sl.agent, sl.row)
         hops_in = int(pending.get("hops_in", 0))
         request = pending.get("request")
+        with env.factory.begin() as s:  # the turn runs: it holds the lease and has input
+            _running(s, sl)
     else:
-        with env.factory.begin() as s:
+        with env.factory.begin() as s:  # the claim and the move to running: one transaction
             claimed = claim(s, sl.agent, sl.session, sl.io, limit=params.msg_per_turn,
-                            lease_s=3 * params.turn_lease_s)
+                            lease_s=3 * params.turn_lease_s, now=sl.facts.now)
             texts, msg_ids, hops_in = [render(m) for m in claimed], [m.id for m in claimed], hops_of(claimed)
+            if claimed:
+                _running(s, sl)
         if not claimed:
             env.budget.release(sl.res_id, rt.root_id)
             return TurnOutcome("empty", sl.io)
         turn_input = "\n\n".join(texts)
         request = None
-    with env.factory.begin() as s:  # the turn runs: it holds the lease and has input
-        fresh = s.get(AgentRuntimeRow, sl.agent)
-        if fresh is not None and fresh.lifecycle not in ("deleted", "failed"):
-            set_lifecycle(s, fresh, "running", "runtime", f"turn {sl.io}")
-    own_spec, catalog = _spec(env, rt)
+    own_spec, catalog = _spec(rt, sl.facts.root)
     ctx = ToolContext(env.factory, redis, params, sl.caps, sl.agent, sl.session, sl.logical, rt.depth,
                       catalog, tuple(profile_tools(rt)), hops_in, None,
                       bool(rt.profile.get("messages", True)))
     ctx.budget_left = lambda: _budget_left(env, sl)
     ctx.check_factory = env.client.settings.check_factory
     ctx.refine = bool(rt.profile.get("refine", False))
+    ctx.goal_read, ctx.goal_id = True, None if sl.facts.goal is None else sl.facts.goal.id
     result = _stored_or_run(env, sl, turn_input, ctx, own_spec)
     if result.world is not None:
         world = finalize_world({**result.world, "runtime": {
@@ -338,8 +355,18 @@ def _granted_turn(env: TurnEnv, sl: _Slice, resume: bool) -> TurnOutcome:
             "request": request if sl.k > 1 else None, "messages_in": msg_ids + ctx.claimed}})
         result = replace(result, world=world)
         env.client.record_turn(sl.agent, result)
-    return after_logical_turn(env, sl, result, _commit(env, sl, result, msg_ids + ctx.claimed, hops_in,
-                                                       request if request is not None else turn_input, ctx))
+    out, looping = _commit(env, sl, result, msg_ids + ctx.claimed, hops_in,
+                           request if request is not None else turn_input, ctx)
+    if not looping:  # no loop of the session ran at load and at commit: no step to take
+        return out
+    return after_logical_turn(env, sl, result, out)
+
+
+def _running(s: Any, sl: _Slice) -> None:
+    """The turn runs (it holds the lease and has input): lifecycle ``running``, in ``s``."""
+    fresh = s.get(AgentRuntimeRow, sl.agent)
+    if fresh is not None and fresh.lifecycle not in ("deleted", "failed"):
+        set_lifecycle(s, fresh, "running", "runtime", f"turn {sl.io}")
 
 
 def _budget_left(env: TurnEnv, sl: _Slice) -> dict[str, Any]:
@@ -378,7 +405,7 @@ def _stored_or_run(env: TurnEnv, sl: _Slice, turn_input: Any, ctx: ToolContext,
     plan = TurnPlan(input=turn_input, agent_id=sl.agent, io_id=sl.io, interaction_id=sl.session,
                     session_id=sl.session, provider=profile["provider"], model=profile["model"],
                     system_parts=system_parts, messages=list(sl.row.messages), tools=runtime_tools(ctx),
-                    kwargs=kwargs, turn_notes=goal_notes(env.factory, sl.agent))
+                    kwargs=kwargs, turn_notes=goal_notes_of(sl.facts.goal))
     cancel_key = keys.handle_cancel(sl.handle.id) if sl.handle is not None else None
     deadline = time.monotonic() + env.params.child_timeout_s
     redis = env.client.redis
@@ -402,28 +429,39 @@ def _charge_of(sl: _Slice, result: TurnResult) -> Charge:
                   turns=1 if sl.k == 1 else 0)
 
 
+_SESSIONS: sa.Table = SessionRow.__table__  # type: ignore[assignment]
+# built once (docs/runtime/turn-cost.md); a Core statement: the commit's session holds no SessionRow
+_SESSION_COMMIT = sa.update(_SESSIONS).where(
+    _SESSIONS.c.id == sa.bindparam("row"), _SESSIONS.c.version == sa.bindparam("version")).values(
+    version=sa.bindparam("new_version"), turns=sa.bindparam("turns"), slice=sa.bindparam("slice"),
+    pending=sa.bindparam("pending", type_=_SESSIONS.c.pending.type),
+    wait_deadline=sa.bindparam("wait_deadline", type_=_SESSIONS.c.wait_deadline.type),
+    messages=sa.bindparam("messages", type_=_SESSIONS.c.messages.type))
+
+
 def _commit(env: TurnEnv, sl: _Slice, result: TurnResult, consumed_ids: list[str], hops_in: int,
-            request: Any, ctx: ToolContext) -> TurnOutcome:
-    """Step 7: one transaction, optimistic on ``rsi_sessions.version``; then step 8."""
+            request: Any, ctx: ToolContext) -> tuple[TurnOutcome, bool]:
+    """Step 7: one transaction, optimistic on ``rsi_sessions.version``; then step 8. Returns the
+    outcome and whether the session's loop is to be stepped (running at load and at commit)."""
     redis, params, handle = env.client.redis, env.params, sl.handle
     yielded = result.pending is not None
     spend = _charge_of(sl, result)
     settled: list[str] = []
     with env.factory.begin() as s:
-        now = s.execute(sa.select(db_now())).scalar_one()
         pend, deadline = None, None
         if yielded:
+            now = s.execute(sa.select(db_now())).scalar_one()
             waits = (result.pending or {})["waits"]
             pend = {**(result.pending or {}), "hops_in": hops_in, "request": request}
             deadline = now + timedelta(seconds=min(float(w["timeout_s"]) for w in waits.values()))
-        done: Any = s.execute(sa.update(SessionRow).where(
-            SessionRow.id == sl.row.id, SessionRow.version == sl.row.version).values(
-            version=sl.row.version + 1, turns=sl.n, slice=sl.k if yielded else 0, pending=pend,
-            wait_deadline=deadline, messages=list(sl.row.messages) + list(result.transcript)))
+        done: Any = s.execute(_SESSION_COMMIT, {
+            "row": sl.row.id, "version": sl.row.version, "new_version": sl.row.version + 1, "turns": sl.n,
+            "slice": sl.k if yielded else 0, "pending": pend, "wait_deadline": deadline,
+            "messages": list(sl.row.messages) + list(result.transcript)})
         if not done.rowcount or (consumed_ids and consume(s, consumed_ids, sl.io) < len(consumed_ids)):
             s.rollback()
             env.budget.release(sl.res_id, sl.rt.root_id)
-            return TurnOutcome("conflict", sl.io)
+            return TurnOutcome("conflict", sl.io), False
         inserted = charge(s, spend, sl.day)
         commit_goal(s, sl.agent, sl.session, sl.io, spend.tokens, result.transcript,
                     env.client.settings.check_factory)
@@ -445,21 +483,24 @@ def _commit(env: TurnEnv, sl: _Slice, result: TurnResult, consumed_ids: list[str
         more = s.execute(sa.select(sa.func.count()).select_from(MessageRow).where(
             MessageRow.recipient == sl.agent, MessageRow.session_id == sl.session,
             MessageRow.consumed_io.is_(None))).scalar_one()
+        # a loop is stepped only if it was running when the turn loaded and still is (no read otherwise)
+        looping = sl.facts.loop is not None and not yielded and loop_running(s, sl.agent, sl.session)
     env.budget.settle(sl.res_id, sl.rt.root_id, sl.day, spend if inserted else None, sl.agent)
     if settled and handle is not None:
         after_settle(redis, settled, cancelled=False, ttl_s=params.child_timeout_s)
         env.wake(handle.parent_agent, handle.parent_session)
-    with env.factory() as s:
-        for h in ctx.spawned:
-            child = s.get(SubagentRow, h)
-            if child is not None:
-                env.wake(child.child_agent, h)
+    if ctx.spawned:
+        with env.factory() as s:
+            for h in ctx.spawned:
+                child = s.get(SubagentRow, h)
+                if child is not None:
+                    env.wake(child.child_agent, h)
     for box in wake_after_commit(redis, ctx.mailboxes):
         env.wake(box.agent, box.session)
     start_refines(env.client, sl.agent, ctx.refines)
     if more and not yielded:
         env.wake(sl.agent, sl.session)
-    return TurnOutcome("ran", sl.io, result.status, result.answer)
+    return TurnOutcome("ran", sl.io, result.status, result.answer), looping
 
 
 def marked_wake(redis: Any, enqueue: Callable[[str, str], Any]) -> Callable[[str, str], None]:

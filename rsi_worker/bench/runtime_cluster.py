@@ -9,7 +9,8 @@ runs ``rsi.tick``'s pass every second (it recovers the turns of killed workers).
 children are started at once; the run ends when every root's turn committed.
 
 * **wall** — from the first enqueue to the last root's commit (SQL polled every 0.1 s), against
-  1.3 × Σ child model time ÷ (workers × threads);
+  1.3 × Σ child model time ÷ capacity, capacity = min(workers × threads, roots × children): R11's
+  ÷ 128 for its shape, the children that can run at once for a smaller one (:func:`_capacity`);
 * **lost / duplicated** — handles not ``completed``, handles settled more than once (``settle``
   events), ios with more than one world, root answers that differ from the undisturbed answer;
 * with ``kills``: that many ``kill -9`` of a random worker (restarted at once) at random moments of
@@ -191,7 +192,8 @@ def _run(client: RsiClient, settings: Settings, dispatcher: KombuDispatcher, poo
                  "; ".join(topics))
     _wait_ready(pool, settings)
     rng = random.Random(seed)
-    expected_wall = children * roots * SIM_CALLS * SIM_DELAY_S / (len(pool.procs) * pool.threads)
+    expected_wall = children * roots * SIM_CALLS * SIM_DELAY_S / _capacity(len(pool.procs) * pool.threads,
+                                                                           roots, children)
     stop = threading.Event()
     killed: deque[float] = deque()
     t0 = time.perf_counter()
@@ -255,6 +257,15 @@ def _last_text(messages: list[Any]) -> str | None:
     return None
 
 
+def _capacity(threads: int, roots: int, children: int) -> int:
+    """Children that can run at once: the worker threads, but no more than the tree slots
+    (``MAX_RUNNING_PER_TREE`` = ``children`` per root here) nor the children there are. R11's shape
+    (100 roots × 10 on 2 × 64 threads) gives RUNTIME's 128; a smaller run has fewer children than
+    threads, and Σ ÷ 128 would then be shorter than one child's own calls (``SIM_CALLS`` ×
+    ``SIM_DELAY_S``), which no schedule can reach."""
+    return max(1, min(threads, roots * children))
+
+
 def _report(env: TurnEnv, names: list[str], topics: list[str], done_at: float | None, expected_wall: float,
             pool: _Workers, kills: int, killed: list[float]) -> dict[str, Any]:
     want = "summary: " + "; ".join(f"finding on {t}" for t in topics)
@@ -276,14 +287,14 @@ def _report(env: TurnEnv, names: list[str], topics: list[str], done_at: float | 
         per_handle[d["handle"]] = per_handle.get(d["handle"], 0) + 1
     n = len(names) * len(topics)
     sigma = n * SIM_CALLS * SIM_DELAY_S
-    capacity = len(pool.procs) * pool.threads
+    capacity = _capacity(len(pool.procs) * pool.threads, len(names), len(topics))
     target = 1.3 * sigma / capacity
     report: dict[str, Any] = {
         "roots": len(names), "children": n, "workers": len(pool.procs), "threads": pool.threads,
         "sim_calls_x_delay_s": [SIM_CALLS, SIM_DELAY_S], "kills": kills,
         "killed_at_s": [round(k, 2) for k in killed],
         "wall_s": None if done_at is None else round(done_at, 2),
-        "sigma_child_model_s": round(sigma, 1), "wall_target_s": round(target, 2),
+        "sigma_child_model_s": round(sigma, 1), "capacity": capacity, "wall_target_s": round(target, 2),
         "wall_over_bound": None if done_at is None else round(done_at / (sigma / capacity), 2),
         "handles": len(handles), "handles_completed": sum(1 for _, st in handles if st == "completed"),
         "handles_lost": n - sum(1 for _, st in handles if st == "completed"),

@@ -272,11 +272,18 @@ def bench_runtime_cmd(
     threads: int = typer.Option(64, "--threads", min=1, help="Cluster run: threads per worker (R11: 64)."),
     kills: int = typer.Option(0, "--kills", min=0, help="Cluster run: random kill -9 of a worker (R11: 20)."),
     kill_window_s: float = typer.Option(20.0, "--kill-window-s", min=1, help="Kills fall in this window."),
+    turn_cost: bool = typer.Option(False, "--turn-cost", help="Count what one child turn costs (--n turns)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """The agent runtime's spawn call and spawn → child's first model request (private PostgreSQL and
     redis-server, inline driver); with ``--roots``, a run of roots × children on real workers
-    (``--kills``: random ``kill -9``) instead."""
+    (``--kills``: random ``kill -9``) instead; with ``--turn-cost``, the counts of one child turn
+    (docs/runtime/turn-cost.md)."""
+    if turn_cost:
+        from rsi_worker.bench.runtime_turn_cost import bench_turn_cost
+
+        _print_flat(bench_turn_cost(n), f"rsi bench runtime --turn-cost (n={n}, per child turn)", as_json)
+        return
     if roots:
         from rsi_worker.bench.runtime_cluster import bench_runtime_cluster
 
