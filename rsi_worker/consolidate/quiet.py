@@ -53,12 +53,12 @@ from rsi_worker.consolidate.opening import (
 from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.quiet_sql import statements
 from rsi_worker.consolidate.result import ConsolidationResult
-from rsi_worker.consolidate.signals import unread_pairs
+from rsi_worker.consolidate.signals import checks_for, unread_pairs
 from rsi_worker.consolidate.spend import renew_over_cap, spend_summary
 from rsi_worker.consolidate.state import EMPTY_DIGEST, ConsolidationState
-from rsi_worker.consolidate.worlds import PoolWorld, WorldPool
+from rsi_worker.consolidate.worlds import PoolWorld, WorldPool, needs_answer
 
-__all__ = ["RUN_RETENTION_EVERY", "QuietRun", "decide", "record"]
+__all__ = ["ANSWERS_MEMO_MAX", "RUN_RETENTION_EVERY", "QuietRun", "decide", "record"]
 
 RUN_RETENTION_EVERY = 16
 """A quiet run applies the run retention when its fence is a multiple of this (the full path applies
@@ -119,7 +119,7 @@ def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CO
         if unread_pairs(worlds, ctx.latest or "", params.signal_pairs):
             return None
         worlds, fresh = _survey_stored(ctx, state, pool)
-        nxt = _nothing_to_learn(ctx, worlds, fresh, t0)
+        nxt = _nothing_to_learn(ctx, worlds, fresh, t0, scored_by=lambda w: _scored(w, pool))
         ctx.skipped_worlds = dict(pool.skipped)
     if nxt is None:
         return None
@@ -142,6 +142,31 @@ def _survey_stored(ctx: RoundContext, state: ConsolidationState,
     seen = state.seen
     fresh = {w.id for w in worlds if w.stored_digest != seen.get(w.id, EMPTY_DIGEST)}
     return worlds, fresh
+
+
+ANSWERS_MEMO_MAX = 4096
+"""Worlds whose answer was read and found blank or not, kept per process (:func:`_scored`); the memo
+is emptied when it holds more."""
+
+_ANSWERED: dict[str, bool] = {}
+
+
+def _scored(w: PoolWorld, pool: WorldPool) -> bool:
+    """``bool(opening._checks(w))`` with the record read once per process: a world's checks quote
+    its answer only when its signals accept it (``needs_answer``), and then depend on the answer only
+    through whether it is blank. A world's record is never rewritten (its id is new for every
+    stored turn), so whether its answer is blank is remembered by world id; a record that fails its
+    check (the world is skipped, its answer reads as blank) is not remembered."""
+    if not needs_answer(w.signals):
+        return bool(checks_for(w.signals))
+    answered = _ANSWERED.get(w.id)
+    if answered is None:
+        answered = bool(w.answer.strip())
+        if w.id not in pool.skipped:
+            if len(_ANSWERED) >= ANSWERS_MEMO_MAX:
+                _ANSWERED.clear()
+            _ANSWERED[w.id] = answered
+    return bool(checks_for(w.signals, answer="answered" if answered else ""))
 
 
 def _seen_state(start: Any, ctx: RoundContext) -> dict[str, Any] | None:

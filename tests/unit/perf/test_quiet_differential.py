@@ -90,3 +90,29 @@ def test_quiet_decision_equals_the_full_path_on_random_pools(stack: Stack, seed:
         assert (fast.ctx.latest, fast.ctx.provider, fast.ctx.model, fast.ctx.start_version) == (
             full.ctx.latest, full.ctx.provider, full.ctx.model, full.ctx.start_version), n
     assert decided >= 4 and declined_rounds >= 2, (decided, declined_rounds)  # both kinds were tried
+
+
+def test_an_accepted_answer_is_read_once_per_process(stack: Stack) -> None:
+    """The record of an accepted world is read by the first quiet run that needs its answer; later
+    runs decide from the memo (the pool read alone), with the full path's reasons."""
+    from rsi_worker.bench.ingest import StatementCounter
+    from rsi_worker.consolidate import flow
+
+    stack.say("memo", "c0", "Compare laptops: use search query=laptops", {"stars": 5})
+    reasons, reads = [], []
+    for n in range(1, 4):
+        turn = stack.say("memo", f"c{n}", "Compare phones: use search query=phones")
+        lease = stack.lease("memo", turn.world["io_id"] if turn.world else "")
+        counter = StatementCounter(stack.engine)
+        try:
+            nxt = flow.open_run(stack.deps, lease)
+            assert nxt.quiet is not None and nxt.result is not None
+            reads.append(counter.kinds.get("SELECT rsi_worlds", 0))
+        finally:
+            counter.close()
+        result, _ = flow.close(stack.deps, nxt)
+        assert result is not None
+        reasons.append(result.reason)
+    assert reasons == ["new signals only confirm the current answers",
+                       "no new correction or problem to fix", "no new correction or problem to fix"]
+    assert reads[0] == 2 and reads[1:] == [1, 1], reads  # pool + record, then the pool alone
