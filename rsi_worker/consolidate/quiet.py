@@ -157,6 +157,8 @@ def _scored(w: PoolWorld, pool: WorldPool) -> bool:
     through whether it is blank. A world's record is never rewritten (its id is new for every
     stored turn), so whether its answer is blank is remembered by world id; a record that fails its
     check (the world is skipped, its answer reads as blank) is not remembered."""
+    if not w.signals:  # most worlds: no signal, no check
+        return False
     if not needs_answer(w.signals):
         return bool(checks_for(w.signals))
     answered = _ANSWERED.get(w.id)
