@@ -41,7 +41,7 @@ from rsi_worker.consolidate.flow import close
 from rsi_worker.jobs.scenario import CORRECTION, conversation_turn, next_history
 from rsi_worker.runtime import Runtime
 
-__all__ = ["bench_no_signal", "series"]
+__all__ = ["Sample", "bench_no_signal", "bench_no_signal_private", "series"]
 
 AGENT = "quiet"
 TOPICS = ("laptops", "phones", "headphones", "monitors", "tablets", "cameras")
@@ -229,3 +229,44 @@ def _state_bytes(rt: Runtime) -> int:
         state = get_agent(s, AGENT).state
         s.commit()
     return len(json.dumps(state))
+
+
+def bench_no_signal_private(runs: int = 200, *, rounds: int = 3) -> dict[str, Any]:
+    """:func:`bench_no_signal` on a private redis-server (Unix socket) and SQLite database in a
+    temporary directory, without worker processes (``rsi bench no-signal``); the report adds the
+    machine's load average before and after (``machine``).
+
+    Raises:
+        ServerUnavailable: redis-server is not installed.
+    """
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from rsi_common.config import Settings
+    from rsi_worker.bench.models import bench_models
+    from rsi_worker.local.servers import RedisServer
+    from rsi_worker.runtime import open_runtime
+
+    def load() -> float:
+        return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else 0.0
+
+    with tempfile.TemporaryDirectory(prefix="rsi-bench-quiet-") as tmp:
+        home = Path(tmp)
+        server = RedisServer(home / "redis", unix_socket=True).start()
+        try:
+            base = Settings(home=home, database_url=f"sqlite:///{home / 'rsi.db'}")
+            settings = base.model_copy(update={
+                "sim": base.sim.model_copy(update={"latency_ms": 0.0}),
+                "model_factory": "rsi_worker.bench.models:bench_models", "model_backoff_s": 0.0,
+                "redis_url": server.client_url})
+            rt = open_runtime(settings, migrate=True, models=bench_models(settings))
+            try:
+                before = load()
+                report = bench_no_signal(rt, runs, rounds=rounds)
+            finally:
+                rt.close()
+        finally:
+            server.stop()
+    return {**report, "machine": {"cpus": os.cpu_count(), "loadavg_1m_before": before,
+                                  "loadavg_1m_after": load()}}
