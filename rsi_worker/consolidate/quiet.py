@@ -28,6 +28,10 @@ everything back and the run is left to that delivery (``stop``).
 
 The row is written once, at the end: ``started_at`` = ``finished_at`` (the database clock) and the
 task's own time is ``result.seconds``.
+
+Both transactions run on a plain connection of the engine with statements built once per dialect
+(:mod:`rsi_worker.consolidate.quiet_sql`), and whether an accepted world's answer is blank is read
+once per process (:func:`_scored`): the steady run reads the agent and the pool only.
 """
 
 from __future__ import annotations
