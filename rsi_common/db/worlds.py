@@ -243,7 +243,7 @@ def load_latest_heads(
     )
 
 
-def world_texts(session: Session, world_ids: Iterable[str]) -> dict[str, str | None]:
+def world_texts(session: Session | Connection, world_ids: Iterable[str]) -> dict[str, str | None]:
     """The ``world`` records of the given ids as their stored JSON text, undecoded (ids no longer
     stored are left out); see :func:`load_latest_heads` ``signals_text``."""
     ids = list(world_ids)

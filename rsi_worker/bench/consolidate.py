@@ -553,6 +553,7 @@ def report_table(report: Mapping[str, Any]) -> Any:
              f"{one['p99_ms']} ms, max {one['max_ms']} ms", target),
             ("   open / finalize median; reader calls per run", f"{one['open_median_ms']} / "
              f"{one['finalize_median_ms']} ms; {one['signal_calls_per_run']}", ""),
+            ("   CPU of the task's thread per run, median", f"{one.get('cpu_median_ms')} ms", ""),
         ]
     hop = report.get("celery_hop")
     if hop and "error" not in hop:

@@ -41,7 +41,7 @@ from rsi_worker.consolidate.flow import close
 from rsi_worker.jobs.scenario import CORRECTION, conversation_turn, next_history
 from rsi_worker.runtime import Runtime
 
-__all__ = ["bench_no_signal", "series"]
+__all__ = ["Sample", "bench_no_signal", "bench_no_signal_private", "series"]
 
 AGENT = "quiet"
 TOPICS = ("laptops", "phones", "headphones", "monitors", "tablets", "cameras")
@@ -82,11 +82,16 @@ class _Turns:
         return io
 
 
-def _one(rt: Runtime, deps: Deps, io: str) -> tuple[float, float, str, int]:
-    """One run for ``io``: ``(open_run s, finalize s, status, signal reader calls)``."""
+Sample = tuple[float, float, str, int, float]
+"""One run: ``(open_run s, finalize s, status, signal reader calls, CPU s of the task's thread)``."""
+
+
+def _one(rt: Runtime, deps: Deps, io: str) -> Sample:
+    """One run for ``io`` (:data:`Sample`)."""
     lease = rt.coord.try_begin(AGENT, io)
     if lease is None:
         raise RuntimeError(f"the lease of {AGENT} is held")
+    cpu = time.thread_time()
     t0 = time.perf_counter()
     nxt = open_run(deps, lease)
     t1 = time.perf_counter()
@@ -94,25 +99,27 @@ def _one(rt: Runtime, deps: Deps, io: str) -> tuple[float, float, str, int]:
         raise RuntimeError(f"a no-signal run went on to {nxt.kind!r}")
     result, rerun = close(deps, nxt)
     t2 = time.perf_counter()
+    cpu = time.thread_time() - cpu
     if result is None:
         raise RuntimeError("a no-signal run found its row written by another delivery")
     if rerun is not None:
         raise RuntimeError("a no-signal run asked for a re-run")
     calls = int(((result.usage or {}).get("signal") or {}).get("calls") or 0)
-    return t1 - t0, t2 - t1, result.status, calls
+    return t1 - t0, t2 - t1, result.status, calls, cpu
 
 
-def series(samples: Sequence[tuple[float, float, str, int]]) -> dict[str, Any]:
-    """Summary of runs given as ``(open_run s, finalize s, status, reader calls)``: medians and
-    the nearest-rank p99 of the total, in milliseconds."""
+def series(samples: Sequence[Sample]) -> dict[str, Any]:
+    """Summary of runs (:data:`Sample`): medians and the nearest-rank p99 of the total wall time, the
+    median CPU time of the task's thread (``time.thread_time``: moves less with the machine's load
+    than wall time), in milliseconds."""
     if not samples:
         raise ValueError("no runs")
-    opened = [a * 1000 for a, _, _, _ in samples]
-    final = [b * 1000 for _, b, _, _ in samples]
-    total = [(a + b) * 1000 for a, b, _, _ in samples]
+    opened = [s[0] * 1000 for s in samples]
+    final = [s[1] * 1000 for s in samples]
+    total = [(s[0] + s[1]) * 1000 for s in samples]
     statuses: dict[str, int] = {}
-    for _, _, status, _ in samples:
-        statuses[status] = statuses.get(status, 0) + 1
+    for s in samples:
+        statuses[s[2]] = statuses.get(s[2], 0) + 1
     return {
         "runs": len(total),
         "median_ms": round(statistics.median(total), 3),
@@ -120,7 +127,8 @@ def series(samples: Sequence[tuple[float, float, str, int]]) -> dict[str, Any]:
         "max_ms": round(max(total), 3),
         "open_median_ms": round(statistics.median(opened), 3),
         "finalize_median_ms": round(statistics.median(final), 3),
-        "signal_calls_per_run": round(sum(c for _, _, _, c in samples) / len(total), 3),
+        "cpu_median_ms": round(statistics.median(s[4] * 1000 for s in samples), 3),
+        "signal_calls_per_run": round(sum(s[3] for s in samples) / len(total), 3),
         "statuses": statuses,
     }
 
@@ -152,7 +160,7 @@ def bench_no_signal(rt: Runtime, runs: int = 200, *, rounds: int = 3) -> dict[st
     Returns:
         ``{new: {...}, follow_up: {...}, <new's keys at the top level>, reasons, worlds, learned,
         state_bytes}``; each series ``{runs, median_ms, p99_ms, max_ms, open_median_ms,
-        finalize_median_ms, signal_calls_per_run, statuses}``.
+        finalize_median_ms, cpu_median_ms, signal_calls_per_run, statuses}``.
     """
     turns = _Turns(rt)
     learned = _learn(rt, turns, rounds)
@@ -161,8 +169,8 @@ def bench_no_signal(rt: Runtime, runs: int = 200, *, rounds: int = 3) -> dict[st
     for i in range(pool):
         turns.add({"stars": 5} if i % 5 == 0 else None)
     _one(rt, deps, turns.add())  # warm-up: marks the accepted signals seen
-    new: list[tuple[float, float, str, int]] = []
-    follow_up: list[tuple[float, float, str, int]] = []
+    new: list[Sample] = []
+    follow_up: list[Sample] = []
     counter = StatementCounter(rt.engine)
     statements: dict[str, Counter[str]] = {"new": Counter(), "follow_up": Counter()}
     try:
@@ -182,7 +190,7 @@ def bench_no_signal(rt: Runtime, runs: int = 200, *, rounds: int = 3) -> dict[st
         "new": {**series(new), **_per_run(statements["new"], n)},
         "follow_up": {**series(follow_up), **_per_run(statements["follow_up"], n)},
         **{k: series(new)[k] for k in ("runs", "median_ms", "p99_ms", "max_ms", "open_median_ms",
-                                       "finalize_median_ms", "statuses")},
+                                       "finalize_median_ms", "cpu_median_ms", "statuses")},
         "reasons": _reasons(rt, 2 * n),
         "worlds": pool,
         "learned": learned,
@@ -221,3 +229,44 @@ def _state_bytes(rt: Runtime) -> int:
         state = get_agent(s, AGENT).state
         s.commit()
     return len(json.dumps(state))
+
+
+def bench_no_signal_private(runs: int = 200, *, rounds: int = 3) -> dict[str, Any]:
+    """:func:`bench_no_signal` on a private redis-server (Unix socket) and SQLite database in a
+    temporary directory, without worker processes (``rsi bench no-signal``); the report adds the
+    machine's load average before and after (``machine``).
+
+    Raises:
+        ServerUnavailable: redis-server is not installed.
+    """
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from rsi_common.config import Settings
+    from rsi_worker.bench.models import bench_models
+    from rsi_worker.local.servers import RedisServer
+    from rsi_worker.runtime import open_runtime
+
+    def load() -> float:
+        return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else 0.0
+
+    with tempfile.TemporaryDirectory(prefix="rsi-bench-quiet-") as tmp:
+        home = Path(tmp)
+        server = RedisServer(home / "redis", unix_socket=True).start()
+        try:
+            base = Settings(home=home, database_url=f"sqlite:///{home / 'rsi.db'}")
+            settings = base.model_copy(update={
+                "sim": base.sim.model_copy(update={"latency_ms": 0.0}),
+                "model_factory": "rsi_worker.bench.models:bench_models", "model_backoff_s": 0.0,
+                "redis_url": server.client_url})
+            rt = open_runtime(settings, migrate=True, models=bench_models(settings))
+            try:
+                before = load()
+                report = bench_no_signal(rt, runs, rounds=rounds)
+            finally:
+                rt.close()
+        finally:
+            server.stop()
+    return {**report, "machine": {"cpus": os.cpu_count(), "loadavg_1m_before": before,
+                                  "loadavg_1m_after": load()}}

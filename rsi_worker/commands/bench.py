@@ -144,6 +144,20 @@ def bench_consolidate_cmd(
     Console().print(report_table(report))
 
 
+@bench.command("no-signal")
+def bench_no_signal_cmd(
+    runs: int = typer.Option(200, "--runs", min=1, help="Timed runs of each kind."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """No-signal consolidation task time alone (new conversation and follow-up turn): wall, CPU of the
+    task's thread and SQL statements per run, on a private redis-server and SQLite database
+    (docs/performance/consolidation.md#the-no-signal-path)."""
+    from rsi_worker.bench.nosignal import bench_no_signal_private
+
+    _print_flat(bench_no_signal_private(runs), f"rsi bench no-signal ({runs} runs of each kind, "
+                "target new-conversation median < 3 ms)", as_json)
+
+
 @bench.command("scale")
 def bench_scale_cmd(
     workers: str = typer.Option("1,2,4", "--workers", help="Worker-process counts, one cluster each."),

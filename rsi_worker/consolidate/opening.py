@@ -13,7 +13,7 @@ for host-triggered runs, ``batch:<name>`` for ``rsi batch``); re-runs for pendin
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -166,17 +166,19 @@ def _checks(w: PoolWorld) -> list[dict[str, Any]]:
 
 
 def _nothing_to_learn(ctx: RoundContext, worlds: Sequence[PoolWorld], fresh: set[str],
-                      t0: float) -> Next | None:
+                      t0: float, scored_by: Callable[[PoolWorld], bool] | None = None) -> Next | None:
     """The ``recorded`` result when no fresh world asks for a fix, else None — decided from the
     signals in memory (docs/performance/consolidation.md#the-no-signal-path). A round needs a fresh
     scored world with a negative signal, and :func:`negative` reads signals only; the reason is the
     one the full survey gives, with records read only for the few worlds whose checks quote their
-    answer, and only until the first scored one is found."""
+    answer, and only until the first scored one is found. ``scored_by(w)``: whether ``w`` has a
+    check, when it must equal ``bool(_checks(w))`` (the quiet path's memo of answers)."""
     if any(w.replayable and w.id in fresh and negative(w.signals) for w in worlds):
         return None
     # fresh worlds first: a fresh scored world also answers "is any world scored?"
     ordered = sorted((w for w in worlds if w.replayable), key=lambda w: w.id not in fresh)
-    scored = next((w for w in ordered if _checks(w)), None)
+    has_checks = scored_by or (lambda w: bool(_checks(w)))
+    scored = next((w for w in ordered if has_checks(w)), None)
     if scored is None:
         return final(ctx, "recorded", "no turn has a signal to learn from yet", t0)
     if scored.id not in fresh:

@@ -28,6 +28,10 @@ everything back and the run is left to that delivery (``stop``).
 
 The row is written once, at the end: ``started_at`` = ``finished_at`` (the database clock) and the
 task's own time is ``result.seconds``.
+
+Both transactions run on a plain connection of the engine with statements built once per dialect
+(:mod:`rsi_worker.consolidate.quiet_sql`), and whether an accepted world's answer is blank is read
+once per process (:func:`_scored`): the steady run reads the agent and the pool only.
 """
 
 from __future__ import annotations
@@ -36,14 +40,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Engine
 
 from rsi_common.coord import Lease
 from rsi_common.db import retain_runs
-from rsi_common.db.models import AgentRow, RunRow
 from rsi_common.db.runs import new_run_id
-from rsi_common.db.sqltypes import JSONType, db_now
 from rsi_common.harness import H0_VERSION
 from rsi_common.stored import StoredDataError
 from rsi_worker.consolidate.context import Deps, RoundContext
@@ -54,21 +55,18 @@ from rsi_worker.consolidate.opening import (
     _policy,
 )
 from rsi_worker.consolidate.outcome import Next
+from rsi_worker.consolidate.quiet_sql import statements
 from rsi_worker.consolidate.result import ConsolidationResult
-from rsi_worker.consolidate.signals import unread_pairs
+from rsi_worker.consolidate.signals import checks_for, unread_pairs
 from rsi_worker.consolidate.spend import renew_over_cap, spend_summary
 from rsi_worker.consolidate.state import EMPTY_DIGEST, ConsolidationState
-from rsi_worker.consolidate.worlds import PoolWorld, WorldPool
+from rsi_worker.consolidate.worlds import PoolWorld, WorldPool, needs_answer
 
-__all__ = ["RUN_RETENTION_EVERY", "QuietRun", "decide", "record"]
+__all__ = ["ANSWERS_MEMO_MAX", "RUN_RETENTION_EVERY", "QuietRun", "decide", "record"]
 
 RUN_RETENTION_EVERY = 16
 """A quiet run applies the run retention when its fence is a multiple of this (the full path applies
 it on every run): between two, at most ``RUN_RETENTION_EVERY - 1`` rows beyond ``run_retention``."""
-
-_A: sa.Table = AgentRow.__table__  # type: ignore[assignment]
-_R: sa.Table = RunRow.__table__  # type: ignore[assignment]
-
 
 @dataclass
 class QuietRun:
@@ -84,11 +82,12 @@ class QuietRun:
     """``time.monotonic()`` at the task's start."""
 
 
-def _read_agent(conn: Connection, agent_id: str, fence: int) -> Any:
-    at_fence = sa.select(_R.c.id).where(_R.c.agent_id == agent_id, _R.c.fence == fence).exists()
-    return conn.execute(
-        sa.select(_A.c.frozen, _A.c.current_version, _A.c.applied_fence, _A.c.state, at_fence.label("opened"))
-        .where(_A.c.id == agent_id)).one_or_none()
+def _engine(deps: Deps) -> Engine:
+    """The engine ``deps.sessions`` is bound to (``rsi_common.db.session_factory``)."""
+    bind = deps.sessions.kw.get("bind")
+    if not isinstance(bind, Engine):
+        raise TypeError("deps.sessions is not bound to an engine")
+    return bind
 
 
 def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CONSOLIDATE) -> Next | None:
@@ -101,16 +100,17 @@ def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CO
     params = deps.params
     ctx = RoundContext(run_id=new_run_id(), agent_id=lease.agent, fence=lease.fence, token=lease.token,
                        io_id=lease.io, early_stop=params.early_stop)
-    with deps.sessions() as session:  # Core reads on the session's connection: nothing to flush
-        conn = session.connection(execution_options={"sqlite_begin": "DEFERRED"})
-        row = _read_agent(conn, lease.agent, lease.fence)
+    sql = statements(_engine(deps).dialect.name)
+    with _engine(deps).connect().execution_options(sqlite_begin="DEFERRED") as conn, conn.begin():
+        row = conn.execute(sql.agent, {"agent_id": lease.agent, "fence": lease.fence}).one_or_none()
         if row is None or row.frozen or row.opened or int(row.applied_fence) >= lease.fence:
             return None
         try:
             state = ConsolidationState.from_json(row.state)
         except StoredDataError:
             return None
-        pool = WorldPool.latest(session, lease.agent, params.world_pool, conn=conn)
+        heads = conn.execute(sql.pool, {"agent_id": lease.agent, "n": max(0, params.world_pool)})
+        pool = WorldPool(conn, list(heads))
         worlds = pool.usable()
         if not worlds:
             return None
@@ -123,9 +123,8 @@ def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CO
         if unread_pairs(worlds, ctx.latest or "", params.signal_pairs):
             return None
         worlds, fresh = _survey_stored(ctx, state, pool)
-        nxt = _nothing_to_learn(ctx, worlds, fresh, t0)
+        nxt = _nothing_to_learn(ctx, worlds, fresh, t0, scored_by=lambda w: _scored(w, pool))
         ctx.skipped_worlds = dict(pool.skipped)
-        session.commit()
     if nxt is None:
         return None
     renewed, capped = renew_over_cap(deps, lease)  # one Redis round trip
@@ -149,6 +148,33 @@ def _survey_stored(ctx: RoundContext, state: ConsolidationState,
     return worlds, fresh
 
 
+ANSWERS_MEMO_MAX = 4096
+"""Worlds whose answer was read and found blank or not, kept per process (:func:`_scored`); the memo
+is emptied when it holds more."""
+
+_ANSWERED: dict[str, bool] = {}
+
+
+def _scored(w: PoolWorld, pool: WorldPool) -> bool:
+    """``bool(opening._checks(w))`` with the record read once per process: a world's checks quote
+    its answer only when its signals accept it (``needs_answer``), and then depend on the answer only
+    through whether it is blank. A world's record is never rewritten (its id is new for every
+    stored turn), so whether its answer is blank is remembered by world id; a record that fails its
+    check (the world is skipped, its answer reads as blank) is not remembered."""
+    if not w.signals:  # most worlds: no signal, no check
+        return False
+    if not needs_answer(w.signals):
+        return bool(checks_for(w.signals))
+    answered = _ANSWERED.get(w.id)
+    if answered is None:
+        answered = bool(w.answer.strip())
+        if w.id not in pool.skipped:
+            if len(_ANSWERED) >= ANSWERS_MEMO_MAX:
+                _ANSWERED.clear()
+            _ANSWERED[w.id] = answered
+    return bool(checks_for(w.signals, answer="answered" if answered else ""))
+
+
 def _seen_state(start: Any, ctx: RoundContext) -> dict[str, Any] | None:
     """The state to save: ``start`` with the run's seen digests, or ``None`` when they change nothing
     (``finalize.build_state`` of a run without a round)."""
@@ -169,44 +195,29 @@ def record(deps: Deps, nxt: Next) -> ConsolidationResult | None:
     if ctx.skipped_worlds and not result.skipped_worlds:
         result.skipped_worlds = dict(ctx.skipped_worlds)
     state = q.state
-    with deps.sessions() as session:
-        conn = session.connection()
-        values: dict[str, Any] = {"applied_fence": ctx.fence, "updated_at": db_now()}
-        if state is not None:
-            values["state"] = sa.bindparam("state", state, type_=JSONType)
-        swap = sa.update(_A).where(_A.c.id == ctx.agent_id, _A.c.applied_fence == q.applied_fence)
-        swapped = conn.execute(swap.values(**values)).rowcount
+    sql = statements(_engine(deps).dialect.name)
+    with _engine(deps).connect() as conn, conn.begin() as txn:
+        keys = {"agent_id": ctx.agent_id, "new_fence": ctx.fence}
+        # a key named like a column is SET by an UPDATE: ``state`` only where it changes
+        swapped = conn.execute(sql.swap, {**keys, "expected": q.applied_fence}).rowcount if state is None \
+            else conn.execute(sql.swap_state, {**keys, "expected": q.applied_fence, "state": state}).rowcount
         if not swapped:  # written meanwhile (rare): re-read under the lock
-            fresh = conn.execute(sa.select(_A.c.applied_fence, _A.c.state).where(_A.c.id == ctx.agent_id)
-                                 .with_for_update()).one()
+            fresh = conn.execute(sql.relock, keys).one()
             if int(fresh.applied_fence) >= ctx.fence:
                 result.status, result.reason, result.state = "interrupted", "superseded", None
             else:
                 state = _seen_state(fresh.state, ctx)
-                merged: dict[str, Any] = {"applied_fence": ctx.fence, "updated_at": db_now()}
-                if state is not None:
-                    merged["state"] = sa.bindparam("state", state, type_=JSONType)
-                conn.execute(sa.update(_A).where(_A.c.id == ctx.agent_id).values(**merged))
+                conn.execute(sql.merge, keys) if state is None else \
+                    conn.execute(sql.merge_state, {**keys, "state": state})
         result.state = state if result.status != "interrupted" else None
         result.seconds = time.monotonic() - q.t0
-        inserted = conn.execute(
-            _insert(conn.dialect.name).values(
-                id=ctx.run_id, agent_id=ctx.agent_id, kind=q.kind, io_id=ctx.io_id, status=result.status,
-                reason=result.reason, start_version=ctx.start_version, fence=ctx.fence,
-                params=sa.bindparam("params", ctx.to_json(), type_=JSONType),
-                result=sa.bindparam("result", result.summary(), type_=JSONType),
-                started_at=db_now(), finished_at=db_now(),
-            ).on_conflict_do_nothing(index_elements=["agent_id", "fence"])).rowcount
+        inserted = conn.execute(sql.insert, {
+            **keys, "run_id": ctx.run_id, "kind": q.kind, "io_id": ctx.io_id, "status": result.status,
+            "reason": result.reason, "start_version": ctx.start_version, "params": ctx.to_json(),
+            "result": result.summary()}).rowcount
         if not inserted:
-            session.rollback()
+            txn.rollback()
             return None
         if ctx.fence % RUN_RETENTION_EVERY == 0:
             retain_runs(conn, ctx.agent_id, deps.settings.run_retention)
-        session.commit()
     return result
-
-
-def _insert(dialect: str) -> Any:
-    from sqlalchemy.dialects import postgresql, sqlite
-
-    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(_R)

@@ -90,7 +90,7 @@ class WorldPool:
     goes on with the other worlds and reports the skipped ones (``result.skipped_worlds``).
     """
 
-    def __init__(self, session: Session, heads: Sequence[Any]) -> None:
+    def __init__(self, session: Session | Connection, heads: Sequence[Any]) -> None:
         """``heads``: rows of ``load_latest_heads(..., signals_text=True)`` (signals undecoded)."""
         self._session = session
         self._records: dict[str, dict[str, Any]] = {}

@@ -75,12 +75,14 @@ def test_savings_and_their_share_of_the_ceiling() -> None:
 
 
 def test_no_signal_series_medians_and_nearest_rank_p99() -> None:
-    # open 1..100 ms, finalize 1 ms
-    samples = [(i / 1000, 1 / 1000, "recorded", i % 2) for i in range(1, 101)]
+    # open 1..100 ms, finalize 1 ms, CPU 0.5 ms a run (2 ms every tenth run)
+    samples = [(i / 1000, 1 / 1000, "recorded", i % 2, (2.0 if i % 10 == 0 else 0.5) / 1000)
+               for i in range(1, 101)]
     out = series(samples)
     assert out["runs"] == 100
     assert out["median_ms"] == 51.5 and out["p99_ms"] == 100.0 and out["max_ms"] == 101.0
     assert out["open_median_ms"] == 50.5 and out["finalize_median_ms"] == 1.0
     assert out["signal_calls_per_run"] == 0.5 and out["statuses"] == {"recorded": 100}
+    assert out["cpu_median_ms"] == 0.5
     with pytest.raises(ValueError):
         series([])
