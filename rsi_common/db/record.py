@@ -21,6 +21,9 @@ off, own loop). Both run on the caller's connection inside its transaction and n
 
 Run retention is left to :func:`~rsi_common.db.runs.start_run`, which applies it when a run row is
 made; the own-loop path, which makes a ``skipped`` run row itself, applies it too.
+
+Statements 1–3 run as SQL compiled once per engine dialect where the dialect has positional
+parameters (SQLite; :mod:`rsi_common.db.plain_sql`), the Core constructs otherwise (PostgreSQL).
 """
 
 from __future__ import annotations
