@@ -21,20 +21,25 @@ off, own loop). Both run on the caller's connection inside its transaction and n
 
 Run retention is left to :func:`~rsi_common.db.runs.start_run`, which applies it when a run row is
 made; the own-loop path, which makes a ``skipped`` run row itself, applies it too.
+
+Statements 1–3 run as SQL compiled once per engine dialect where the dialect has positional
+parameters (SQLite; :mod:`rsi_common.db.plain_sql`), the Core constructs otherwise (PostgreSQL).
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, CursorResult, Dialect
 
 from rsi_common.db.models import AgentRow, RunRow, TrajectoryRow, WorldRow
+from rsi_common.db.plain_sql import PlainStatement, plain
 from rsi_common.db.runs import new_run_id, retain_runs
 from rsi_common.db.sqltypes import JSONType, db_now
 from rsi_common.db.worlds import retain_trajectories, retain_worlds
@@ -95,7 +100,7 @@ def _statements(dialect: str) -> dict[str, Any]:
     upsert = upsert.on_conflict_do_update(index_elements=["id"], set_={"turns": _A.c.turns + 1}).returning(
         _A.c.frozen, _A.c.current_version, _A.c.turns)
     cols = ["id", "agent_id", "io_id", "interaction_id", "seq", "harness_version", "model", "provider",
-            "world", "signals", "replayable", "clock", "bytes", "created_at", "enqueued_at"]
+            "world", "signals", "replayable", "clock", "bytes", "created_at", "enqueued_at", "tainted"]
     source = sa.select(
         sa.bindparam("id", type_=sa.String()), sa.bindparam("agent_id", type_=sa.String()),
         sa.bindparam("io_id", type_=sa.String()), sa.bindparam("interaction_id", type_=sa.String()),
@@ -105,6 +110,7 @@ def _statements(dialect: str) -> dict[str, Any]:
         sa.bindparam("signals", type_=JSONType), sa.bindparam("replayable", type_=sa.Boolean()),
         sa.bindparam("clock", type_=sa.Double()), sa.bindparam("bytes", type_=sa.Integer()), now,
         sa.case((sa.bindparam("frozen", type_=sa.Boolean()), now), else_=sa.null()),
+        sa.false(),  # tainted: the column's default, bound here so the statement has no Python default
     ).where(_W.c.agent_id == sa.bindparam("agent_id"), _W.c.interaction_id == sa.bindparam("interaction_id"))
     world = (insert(_W).from_select(cols, source)
              .on_conflict_do_nothing(index_elements=["agent_id", "io_id"])
@@ -112,16 +118,55 @@ def _statements(dialect: str) -> dict[str, Any]:
     existing = sa.select(_W.c.id, _W.c.seq, _W.c.replayable).where(
         _W.c.agent_id == sa.bindparam("agent_id"), _W.c.io_id == sa.bindparam("io_id"))
     trajectory = insert(_T).values(created_at=now).on_conflict_do_nothing(index_elements=["id"])
+    every_field = insert(_T).values(
+        {"id": sa.bindparam("id", type_=_T.c.id.type), "created_at": now,
+         **{k: sa.bindparam(k, type_=_T.c[k].type) for k in _TRAJECTORY_FIELDS}},
+    ).on_conflict_do_nothing(index_elements=["id"])
     free = (sa.select(_W.c.id)
             .where(_W.c.id.in_(sa.bindparam("ids", expanding=True)), _W.c.enqueued_at.is_(None))
             .with_for_update(skip_locked=True))  # PostgreSQL: never waits; SQLite: one writer, no clause
     mark = sa.update(_W).where(_W.c.id.in_(free.scalar_subquery())).values(enqueued_at=now)
     skipped = sa.insert(_R).values(started_at=now, finished_at=now)
     return {"upsert": upsert, "world": world, "existing": existing, "trajectory": trajectory, "mark": mark,
-            "skipped": skipped}
+            "skipped": skipped, "trajectory_all": every_field}
 
 
 _TRAJECTORY_FIELDS = tuple(c.key for c in _T.columns if c.key not in ("id", "created_at"))
+
+_PLAIN = ("upsert", "world", "trajectory_all")
+"""The steady statements run as compiled driver SQL where the dialect allows (:mod:`.plain_sql`)."""
+
+_plain_cache: weakref.WeakKeyDictionary[Dialect, dict[str, PlainStatement]] = weakref.WeakKeyDictionary()
+
+
+def _plain_statements(dialect: Dialect) -> dict[str, PlainStatement]:
+    """The :data:`_PLAIN` statements compiled for this engine's dialect (its JSON serialiser
+    included); empty for a dialect without positional parameters (PostgreSQL: Core runs them)."""
+    found = _plain_cache.get(dialect)
+    if found is None:
+        st = _statements(dialect.name)
+        compiled = {name: plain(st[name], dialect) for name in _PLAIN}
+        found = {k: v for k, v in compiled.items() if v is not None}
+        _plain_cache[dialect] = found
+    return found
+
+
+def _execute(conn: Connection, name: str, params: Mapping[str, Any]) -> CursorResult[Any]:
+    """Run one of the record path's statements: compiled driver SQL when there is one, else Core."""
+    fast = _plain_statements(conn.dialect).get(name)
+    if fast is not None:
+        return fast.run(conn, params)
+    return conn.execute(_statements(conn.dialect.name)[name], dict(params))
+
+
+def _trajectory_default(key: str) -> Any:
+    """What the trajectory column ``key`` gets when the record has no value: its Python default
+    (``{}``, ``[]``, ``0``) or ``None`` (SQL ``NULL``) — what the Core insert without it stores."""
+    default = _T.c[key].default
+    if default is None:
+        return None
+    arg = getattr(default, "arg", None)
+    return arg(None) if callable(arg) else arg
 
 
 def mark_handed_off(conn: Connection, world_ids: Sequence[str]) -> int:
@@ -149,8 +194,7 @@ def unmarked(conn: Connection, world_ids: Sequence[str]) -> list[str]:
 
 
 def _upsert_agent(conn: Connection, agent_id: str) -> AgentTurn:
-    row = conn.execute(_statements(conn.dialect.name)["upsert"],
-                       {"agent_id": agent_id, "empty_state": {}}).one()
+    row = _execute(conn, "upsert", {"agent_id": agent_id, "empty_state": {}}).one()
     return AgentTurn(bool(row.frozen), row.current_version, int(row.turns))
 
 
@@ -160,6 +204,10 @@ def _save_trajectory(conn: Connection, record: Mapping[str, Any]) -> None:
     if "error" in values:
         values["error"] = str(values["error"])[:300]
     values["id"] = str(record["trajectory_id"])
+    if "trajectory_all" in _plain_statements(conn.dialect):  # every column bound: the defaults here
+        every = {k: values[k] if k in values else _trajectory_default(k) for k in _TRAJECTORY_FIELDS}
+        _execute(conn, "trajectory_all", {"id": values["id"], **every})
+        return
     conn.execute(_statements(conn.dialect.name)["trajectory"], values)
 
 
@@ -209,7 +257,7 @@ def record_world_turn(
         "replayable": bool(world.get("replayable", True)), "clock": float(world["clock"]),
         "bytes": int(world.get("bytes") or 0), "frozen": agent.frozen,
     }
-    row = conn.execute(st["world"], params).one_or_none()
+    row = _execute(conn, "world", params).one_or_none()
     if row is not None:
         stored = StoredWorld(row.id, io, int(row.seq), bool(row.replayable), True)
     else:  # the turn was recorded before: idempotent

@@ -9,11 +9,16 @@ the queue, so each agent's first turn takes the lease (``enqueued``) and its lat
 (``pending``) — both paths are reported separately.
 
 **SQL statements** are counted with SQLAlchemy's ``before_cursor_execute`` event on the client's
-engine over the timed calls: ``sql_statements_per_call`` is every statement the engine ran during the
-timed region (the batched hand-off marks and the amortised retention included, SQLite's ``BEGIN
-IMMEDIATE`` too) over the number of calls; ``sql_statements_by_outcome`` counts, per call, the
-statements its own thread ran; ``sql_statements`` splits the total by kind (``INSERT rsi_worlds``, …).
-``COMMIT``, PostgreSQL's implicit ``BEGIN`` and the pool's pre-ping are driver calls, not statements.
+engine over the timed calls, the same way on both backends: ``sql_statements_per_call`` is every
+statement the engine ran during the timed region (the batched hand-off marks and the amortised
+retention included) **without transaction control** — SQLite's ``BEGIN IMMEDIATE``, which SQLAlchemy
+emits, is left out as PostgreSQL's ``BEGIN``, which the driver sends, is never seen;
+``sql_round_trips_per_call`` counts every request to the database: those statements plus one
+``BEGIN`` and one ``COMMIT`` (or ``ROLLBACK``) per transaction (the engine's ``begin``, ``commit`` and
+``rollback`` events) plus the pool's pre-ping on each checkout where the engine has one
+(PostgreSQL). ``sql_statements_by_outcome`` counts, per call, the statements (no ``BEGIN``) its own
+thread ran; ``sql_statements`` splits every statement the engine saw by kind (``INSERT rsi_worlds``,
+``BEGIN IMMEDIATE``, …).
 
 **Thread scaling**: each thread count of ``threads`` (e.g. ``(1, 8)``) records its own turns (new
 agents) on the same servers, one after the other; the report's top-level figures are those of the
@@ -116,30 +121,78 @@ class StatementCounter:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.total = 0
+        """Every statement the engine ran, transaction control (``BEGIN IMMEDIATE``) included."""
+        self.control = 0
+        """Of :attr:`total`, the transaction control statements (``BEGIN …``, ``COMMIT``, ``ROLLBACK``)."""
+        self.transactions = Counter[str]()
+        """``begin``, ``commit``, ``rollback`` events and ``ping`` (pre-ping checkouts)."""
         self.kinds: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._local = threading.local()
+        self._pre_ping = bool(getattr(engine.pool, "_pre_ping", False))
+        self._listeners = [(name, self._transaction(name)) for name in ("begin", "commit", "rollback")]
         event.listen(engine, "before_cursor_execute", self._on_execute)
+        for name, on in self._listeners:
+            event.listen(engine, name, on)
+        event.listen(engine.pool, "checkout", self._on_checkout)
 
     def _on_execute(self, conn: Any, cursor: Any, statement: str, params: Any, context: Any,
                     executemany: bool) -> None:
-        self._local.n = getattr(self._local, "n", 0) + 1
         kind = statement_kind(statement)
+        control = kind.split(" ", 1)[0] in _CONTROL
+        self._local.n = getattr(self._local, "n", 0) + 1
+        self._local.work = getattr(self._local, "work", 0) + (not control)
         with self._lock:
             self.total += 1
+            self.control += control
             self.kinds[kind] += 1
 
+    def _transaction(self, name: str) -> Any:
+        def on(conn: Any) -> None:
+            with self._lock:
+                self.transactions[name] += 1
+        return on
+
+    def _on_checkout(self, dbapi_conn: Any, record: Any, proxy: Any) -> None:
+        if self._pre_ping:
+            with self._lock:
+                self.transactions["ping"] += 1
+
+    @property
+    def statements(self) -> int:
+        """Statements without transaction control (the same count on every backend)."""
+        return self.total - self.control
+
+    @property
+    def round_trips(self) -> int:
+        """:attr:`statements` plus one ``BEGIN`` and one ``COMMIT``/``ROLLBACK`` per transaction
+        and the pre-pings: every request to the database."""
+        t = self.transactions
+        return self.statements + t["begin"] + t["commit"] + t["rollback"] + t["ping"]
+
     def thread_count(self) -> int:
-        """Statements run so far by the calling thread."""
+        """Statements run so far by the calling thread (transaction control included)."""
         return int(getattr(self._local, "n", 0))
+
+    def thread_statements(self) -> int:
+        """Statements without transaction control run so far by the calling thread."""
+        return int(getattr(self._local, "work", 0))
 
     def reset(self) -> None:
         with self._lock:
             self.total = 0
+            self.control = 0
+            self.transactions.clear()
             self.kinds.clear()
 
     def close(self) -> None:
         event.remove(self.engine, "before_cursor_execute", self._on_execute)
+        for name, on in self._listeners:
+            event.remove(self.engine, name, on)
+        event.remove(self.engine.pool, "checkout", self._on_checkout)
+
+
+_CONTROL = frozenset({"BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE", "END"})
 
 
 def per_call(total: int, calls: int) -> float | None:
@@ -210,11 +263,11 @@ def _record_all(client: RsiClient, turns: list[tuple[str, dict[str, Any]]], thre
     lock = threading.Lock()
 
     def one(item: tuple[str, dict[str, Any]]) -> None:
-        before = counter.thread_count() if counter is not None else 0
+        before = counter.thread_statements() if counter is not None else 0
         t0 = time.perf_counter()
         rec = client.record_turn(*item)
         dt = time.perf_counter() - t0
-        n = counter.thread_count() - before if counter is not None else 0
+        n = counter.thread_statements() - before if counter is not None else 0
         with lock:
             results.append((rec.dispatched, dt, n))
 
@@ -239,7 +292,7 @@ def _run(client: RsiClient, counter: StatementCounter, rurl: str, template: list
         cpu0 = time.process_time()
         results, wall_s = _record_all(client, _turns(n_turns, n_agents, prefix, template), threads, counter)
         cpu_s = time.process_time() - cpu0
-        total, kinds = counter.total, dict(counter.kinds)
+        total, trips, kinds = counter.statements, counter.round_trips, dict(counter.kinds)
         queued = int(r.llen(QUEUE_CONSOLIDATE)) - queued_before
     by_outcome: dict[str, list[tuple[float, int]]] = {}
     for outcome, dt, n in results:
@@ -253,6 +306,7 @@ def _run(client: RsiClient, counter: StatementCounter, rurl: str, template: list
         "by_outcome": {k: stats_ms([dt for dt, _ in v]) for k, v in sorted(by_outcome.items())},
         "outcomes": dict(Counter(o for o, _, _ in results)),
         "sql_statements_per_call": per_call(total, n_turns),
+        "sql_round_trips_per_call": per_call(trips, n_turns),
         "sql_statements_by_outcome": {k: per_call(sum(n for _, n in v), len(v))
                                       for k, v in sorted(by_outcome.items())},
         "sql_statements": {k: per_call(v, n_turns) for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])},
@@ -287,7 +341,8 @@ def bench_ingest(
     Returns:
         ``{backend, turns, agents, threads, seconds, turns_per_s, p50_ms, p99_ms, max_ms, mean_ms,
         by_outcome {enqueued|pending|…: {n, p50_ms, p99_ms, max_ms, mean_ms}}, outcomes,
-        sql_statements_per_call, sql_statements_by_outcome, sql_statements {kind: per call},
+        sql_statements_per_call, sql_round_trips_per_call, sql_statements_by_outcome,
+        sql_statements {kind: per call},
         broker_messages, client_cpu_ms_per_call, client_cpu_share, world_bytes_mean, world_retention,
         pool_size, runs [the same figures per thread count], scaling {threads: throughput over the
         first count's}}``; latencies in

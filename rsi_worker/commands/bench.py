@@ -95,6 +95,7 @@ def bench_ingest_cmd(
         "mean_ms",
         "seconds",
         "sql_statements_per_call",
+        "sql_round_trips_per_call",
         "client_cpu_ms_per_call",
         "client_cpu_share",
         "outcomes",
