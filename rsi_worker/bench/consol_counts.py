@@ -50,9 +50,10 @@ class Counts:
         self.commits = 0
         self.rollbacks = 0
         self.holds_ms: list[float] = []
+        self.longest: list[tuple[float, str]] = []
         self.redis: Counter[str] = Counter()
         self.round_trips = 0
-        self.cpu_ms: Counter[str] = Counter()
+        self.cpu_ms: dict[str, float] = {}
         self.calls: Counter[str] = Counter()
         self.decodes: Counter[str] = Counter()
 
@@ -70,10 +71,13 @@ class Counts:
                 "max": round(max(holds), 3) if holds else None,
                 "total": round(sum(holds), 1),
             },
+            "longest_write_transactions": [
+                {"ms": round(ms, 3), "statements": what}
+                for ms, what in sorted(self.longest, reverse=True)[:5]],
             "redis_commands": sum(self.redis.values()),
             "redis_round_trips": self.round_trips,
             "redis_by_command": dict(self.redis.most_common()),
-            "cpu_ms": {k: round(v, 1) for k, v in self.cpu_ms.most_common()},
+            "cpu_ms": {k: round(v, 1) for k, v in sorted(self.cpu_ms.items(), key=lambda kv: -kv[1])},
             "cpu_ms_total": round(sum(self.cpu_ms.values()), 1),
             "calls": dict(self.calls),
             "decodes": dict(self.decodes),
@@ -85,12 +89,16 @@ def _sql(engine: Engine, counts: Counts) -> Iterator[None]:
     local = threading.local()
 
     def on_execute(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        kind = statement_kind(statement)
+        if getattr(local, "t0", None) is not None:
+            local.kinds.append(kind)
         with counts.lock:
-            counts.sql[statement_kind(statement)] += 1
+            counts.sql[kind] += 1
 
     def on_begin(conn: Any) -> None:
         mode = str(conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")).upper()
         local.t0 = time.perf_counter() if mode != "DEFERRED" else None
+        local.kinds = []
 
     def on_end(name: str) -> Callable[[Any], None]:
         def listener(conn: Any) -> None:
@@ -102,12 +110,14 @@ def _sql(engine: Engine, counts: Counts) -> Iterator[None]:
                 else:
                     counts.rollbacks += 1
                 if t0 is not None:
-                    counts.holds_ms.append((time.perf_counter() - t0) * 1000)
+                    ms = (time.perf_counter() - t0) * 1000
+                    counts.holds_ms.append(ms)
+                    counts.longest.append((ms, ", ".join(getattr(local, "kinds", []))))
         return listener
 
     commit, rollback = on_end("commit"), on_end("rollback")
-    listeners = [("before_cursor_execute", on_execute), ("begin", on_begin), ("commit", commit),
-                 ("rollback", rollback)]
+    listeners: list[tuple[str, Callable[..., Any]]] = [
+        ("before_cursor_execute", on_execute), ("begin", on_begin), ("commit", commit), ("rollback", rollback)]
     for name, fn in listeners:
         event.listen(engine, name, fn)
     try:
@@ -138,7 +148,7 @@ def _redis(client: Any, coord: Any, counts: Counts) -> Iterator[None]:
             with counts.lock:
                 counts.redis[name_of(args)] += 1
                 counts.round_trips += 1
-        return plain(self, *args, **options)
+        return plain(self, *args, **options)  # type: ignore[no-untyped-call]
 
     def counted_pipe(self: Any, *args: Any, **kwargs: Any) -> Any:
         with counts.lock:
@@ -175,7 +185,7 @@ def _timed(counts: Counts, label: Callable[..., str]) -> Callable[[Any], Any]:
             finally:
                 key = label(*args, **kwargs)
                 with counts.lock:
-                    counts.cpu_ms[key] += (time.thread_time() - t0) * 1000
+                    counts.cpu_ms[key] = counts.cpu_ms.get(key, 0.0) + (time.thread_time() - t0) * 1000
                     counts.calls[key] += 1
         return inner
     return wrap
