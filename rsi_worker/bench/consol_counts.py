@@ -9,7 +9,8 @@ and a private ``redis-server``, with counters on both:
   **writer hold time** of each ``BEGIN IMMEDIATE`` transaction — from its ``begin`` event to its
   ``commit``/``rollback`` event, in milliseconds (p50, p99, max): the time the process's write turn
   (and the database file's writer lock, docs/performance/record-path.md) is held, which a host's
-  ``record_turn`` waits for;
+  ``record_turn`` waits for — and the CPU the holding thread used meanwhile (``time.thread_time``:
+  the work done under the lock, which a loaded machine's scheduling does not inflate);
 * **Redis**: commands by name (a script by its name in :class:`~rsi_common.coord.Coordinator`) and
   round trips (a pipeline is one);
 * **CPU** (``time.thread_time``) and calls per unit of work: the ``open`` step, each fan-out member
@@ -50,6 +51,7 @@ class Counts:
         self.commits = 0
         self.rollbacks = 0
         self.holds_ms: list[float] = []
+        self.hold_cpu_ms: list[float] = []
         self.longest: list[tuple[float, str]] = []
         self.redis: Counter[str] = Counter()
         self.round_trips = 0
@@ -70,6 +72,11 @@ class Counts:
                 "p99": round(percentile(holds, 0.99), 3) if holds else None,
                 "max": round(max(holds), 3) if holds else None,
                 "total": round(sum(holds), 1),
+            },
+            "writer_hold_cpu_ms": {
+                "p50": round(statistics.median(self.hold_cpu_ms), 3) if self.hold_cpu_ms else None,
+                "max": round(max(self.hold_cpu_ms), 3) if self.hold_cpu_ms else None,
+                "total": round(sum(self.hold_cpu_ms), 1),
             },
             "longest_write_transactions": [
                 {"ms": round(ms, 3), "statements": what}
@@ -98,6 +105,7 @@ def _sql(engine: Engine, counts: Counts) -> Iterator[None]:
     def on_begin(conn: Any) -> None:
         mode = str(conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")).upper()
         local.t0 = time.perf_counter() if mode != "DEFERRED" else None
+        local.cpu0 = time.thread_time()
         local.kinds = []
 
     def on_end(name: str) -> Callable[[Any], None]:
@@ -112,6 +120,7 @@ def _sql(engine: Engine, counts: Counts) -> Iterator[None]:
                 if t0 is not None:
                     ms = (time.perf_counter() - t0) * 1000
                     counts.holds_ms.append(ms)
+                    counts.hold_cpu_ms.append((time.thread_time() - local.cpu0) * 1000)
                     counts.longest.append((ms, ", ".join(getattr(local, "kinds", []))))
         return listener
 
