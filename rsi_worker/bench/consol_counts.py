@@ -126,7 +126,8 @@ def _sql(engine: Engine, counts: Counts) -> Iterator[None]:
 
     commit, rollback = on_end("commit"), on_end("rollback")
     listeners: list[tuple[str, Callable[..., Any]]] = [
-        ("before_cursor_execute", on_execute), ("begin", on_begin), ("commit", commit), ("rollback", rollback)]
+        ("before_cursor_execute", on_execute), ("begin", on_begin), ("commit", commit),
+        ("rollback", rollback)]
     for name, fn in listeners:
         event.listen(engine, name, fn)
     try:
