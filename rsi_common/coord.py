@@ -472,6 +472,35 @@ class Coordinator:
         a, c = spent
         return bool(renewed), (int(_text(a) if a is not None else 0), int(_text(c) if c is not None else 0))
 
+    def renew_for_trial(self, lease: Lease, run: str, cand: str | None, day: str | None
+                        ) -> tuple[bool, bool, tuple[int, int] | None]:
+        """:meth:`renew`, :meth:`is_cancelled` of ``(run, cand)`` (when ``cand`` is given) and
+        :meth:`spend` of ``(lease.agent, day)`` (when ``day`` is given) in one round trip (a pipeline,
+        not a transaction): ``(renewed, cancelled, (agent, cluster) tokens)``; the spend is ``None``
+        when not asked or when its read failed alone, ``cancelled`` False when not asked.
+
+        Raises:
+            redis errors: the round trip failed, or a reply other than the spend's is an error.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        self._renew(keys=[lease_key(lease.agent)], args=[lease.token, self.lease_ms], client=pipe)
+        if cand is not None:
+            pipe.exists(cancel_key(run, cand))
+        if day is not None:
+            pipe.mget([spend_key(day, lease.agent), spend_key(day)])
+        replies = list(pipe.execute(raise_on_error=False))
+        renewed = replies.pop(0)
+        cancelled = replies.pop(0) if cand is not None else 0
+        for reply in (renewed, cancelled):
+            if isinstance(reply, Exception):
+                raise reply
+        spent = replies.pop(0) if day is not None else None
+        if isinstance(spent, Exception) or not isinstance(spent, list) or len(spent) != 2:
+            return bool(renewed), bool(cancelled), None
+        a, c = spent
+        return bool(renewed), bool(cancelled), (int(_text(a) if a is not None else 0),
+                                                int(_text(c) if c is not None else 0))
+
     def finish(self, lease: Lease) -> Lease | None:
         """End the run holding ``lease``: release, or hand the lease to one re-run.
 

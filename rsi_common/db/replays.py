@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from rsi_common.db.models import ReplayRow, ReplaySource, ReplayStatus
 from rsi_common.errors import InvalidInput
 
-__all__ = ["get_replay_row", "replay_rows", "save_replay_row"]
+__all__ = ["get_replay_row", "replay_rows", "save_replay_row", "store_trial", "stored_trial"]
 
 _KEY = ("run_id", "candidate", "world_id", "trial")
 
@@ -83,14 +83,71 @@ def save_replay_row(
         "source": source, "status": status, "reward": float(reward), "weight": float(weight),
         "tokens": tokens, "result": dict(result) if result is not None else None,
     }
+    created = _insert_if_absent(session, values)
+    row = get_replay_row(session, run_id, candidate, world_id, trial)
+    assert row is not None
+    return row, created
+
+
+def _insert_if_absent(session: Session, values: Mapping[str, Any]) -> bool:
+    """``INSERT … ON CONFLICT (slot) DO NOTHING RETURNING id``: whether this call inserted the row."""
     if session.get_bind().dialect.name == "postgresql":
         stmt: Any = postgresql.insert(ReplayRow).values(**values).on_conflict_do_nothing(index_elements=_KEY)
     else:
         stmt = sqlite.insert(ReplayRow).values(**values).on_conflict_do_nothing(index_elements=_KEY)
-    created = session.execute(stmt.returning(ReplayRow.id)).scalar_one_or_none() is not None
-    row = get_replay_row(session, run_id, candidate, world_id, trial)
-    assert row is not None
-    return row, created
+    return session.execute(stmt.returning(ReplayRow.id)).scalar_one_or_none() is not None
+
+
+_TRIAL_COLUMNS = (ReplayRow.candidate, ReplayRow.world_id, ReplayRow.trial, ReplayRow.source,
+                  ReplayRow.status, ReplayRow.reward, ReplayRow.weight, ReplayRow.tokens, ReplayRow.result)
+
+
+def stored_trial(session: Session, run_id: str, candidate: str, world_id: str, trial: int
+                 ) -> dict[str, Any] | None:
+    """The stored row of one trial slot as a plain dict (``candidate, world_id, trial, source,
+    status, reward, weight, tokens, result``; ``result`` ``{}`` when null), or ``None``. One Core
+    ``SELECT`` (no ORM identity map)."""
+    found = session.execute(
+        sa.select(*_TRIAL_COLUMNS).where(
+            ReplayRow.run_id == run_id, ReplayRow.candidate == candidate,
+            ReplayRow.world_id == world_id, ReplayRow.trial == trial)
+    ).one_or_none()
+    if found is None:
+        return None
+    out = dict(found._mapping)
+    out["result"] = dict(out["result"] or {})
+    return out
+
+
+def store_trial(
+    session: Session, run_id: str, candidate: str, world_id: str, trial: int, *, status: str,
+    reward: float = 0.0, weight: float = 0.0, tokens: int | None = None,
+    result: Mapping[str, Any] | None = None, source: str = "replay",
+) -> tuple[dict[str, Any], bool]:
+    """:func:`save_replay_row` returning the row as :func:`stored_trial`'s dict: the slot's row is
+    read back only when it was already stored (a duplicate), so a new trial costs one statement.
+
+    Raises:
+        InvalidInput: unknown status or source, negative trial.
+    """
+    if status not in get_args(ReplayStatus):
+        raise InvalidInput(f"replay status must be one of {get_args(ReplayStatus)}, got {status!r}")
+    if source not in get_args(ReplaySource):
+        raise InvalidInput(f"replay source must be one of {get_args(ReplaySource)}, got {source!r}")
+    if trial < 0:
+        raise InvalidInput("trial must be >= 0")
+    body = dict(result) if result is not None else None
+    values: dict[str, Any] = {
+        "run_id": run_id, "candidate": candidate, "world_id": world_id, "trial": trial,
+        "source": source, "status": status, "reward": float(reward), "weight": float(weight),
+        "tokens": tokens, "result": body,
+    }
+    if _insert_if_absent(session, values):
+        return {k: values[k] for k in ("candidate", "world_id", "trial", "source", "status", "reward",
+                                       "weight", "tokens")} | {"result": dict(body or {})}, True
+    stored = stored_trial(session, run_id, candidate, world_id, trial)
+    assert stored is not None
+    return stored, False
 
 
 def replay_rows(session: Session, run_id: str, candidate: str | None = None) -> list[ReplayRow]:

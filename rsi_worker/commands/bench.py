@@ -159,6 +159,21 @@ def bench_no_signal_cmd(
                 "target new-conversation median < 3 ms)", as_json)
 
 
+@bench.command("consolidate-counts")
+def bench_consolidate_counts_cmd(
+    threads: int = typer.Option(1, "--threads", min=1, help="Fan-out threads (1: one after the other)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """One consolidation in-process at sim latency 0, counted: SQL statements by kind, commits and
+    writer hold times, Redis commands by name, CPU per step and member kind
+    (docs/performance/consolidation.md)."""
+
+    from rsi_worker.bench.consol_counts import count_consolidation
+
+    report = count_consolidation(threads=threads)
+    typer.echo(json.dumps(report, indent=None if not as_json else 2, default=str))
+
+
 @bench.command("scale")
 def bench_scale_cmd(
     workers: str = typer.Option("1,2,4", "--workers", help="Worker-process counts, one cluster each."),

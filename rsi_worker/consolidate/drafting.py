@@ -28,6 +28,7 @@ __all__ = ["draft_and_launch", "draft_step", "launch_candidate", "store_draft"]
 
 def _draft_context(deps: Deps, ctx: RoundContext) -> DraftContext:
     with deps.sessions() as session:
+        session.connection(execution_options={"sqlite_begin": "DEFERRED"})  # a read: no write turn
         state = ConsolidationState.from_json(get_agent(session, ctx.agent_id).state)
         rows = [row_json(r) for r in replay_rows(session, ctx.run_id, INCUMBENT)]
         loaded = load_worlds(session, list(dict.fromkeys([*ctx.loaded, *ctx.worlds])), ctx.agent_id)

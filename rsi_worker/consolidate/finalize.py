@@ -130,22 +130,31 @@ def finalize(
     """
     if ctx.skipped_worlds and not result.skipped_worlds:
         result.skipped_worlds = dict(ctx.skipped_worlds)
+    # Reads and the new state's computation in a read transaction (deferred on SQLite: no write
+    # turn held while Python works); the write transaction then holds the write turn only for the
+    # fenced compare-and-swap. Safe because only fenced writes change the state: one that lands in
+    # between (a newer fence) makes final_write answer ``superseded`` and write no state
+    # (docs/performance/consolidation.md#short-write-transactions).
     with deps.sessions() as session:
+        session.connection(execution_options={"sqlite_begin": "DEFERRED"})
         start = ConsolidationState.from_json(get_agent(session, ctx.agent_id).state)
         # a run that ended while opening has no trial rows (the no-signal path saves the read)
         rows = [] if ctx.phase == "open" else [row_json(r) for r in replay_rows(session, ctx.run_id)]
         run = get_run(session, ctx.run_id)
         drafts = dict(run.drafts or {})
+        started_at = run.started_at
+        lessons = _lesson_entries(session, ctx) if result.adopted else []
+        session.commit()
+    result.usage = run_usage(ctx, rows, drafts)
+    result.spend = {**spend_summary(result.usage, rows), **result.spend}
+    result.state = build_state(deps, ctx, result, start, rows)
+    with deps.sessions() as session:
         now = session.execute(sa.select(db_now())).scalar_one()
-        result.seconds = max(0.0, (now - run.started_at).total_seconds())  # the run's wall time
-        result.usage = run_usage(ctx, rows, drafts)
-        result.spend = {**spend_summary(result.usage, rows), **result.spend}
-        result.state = build_state(deps, ctx, result, start, rows)
+        result.seconds = max(0.0, (now - started_at).total_seconds())  # the run's wall time
         adoption = None
         if result.adopted and result.payload is not None and result.version is not None:
             adoption = Adoption(result.version, result.payload, summary=result.summary(),
-                                regressions=_lesson_entries(session, ctx),
-                                regression_bound=deps.params.regression_worlds)
+                                regressions=lessons, regression_bound=deps.params.regression_worlds)
         written = final_write(
             session,
             ctx.run_id,

@@ -150,6 +150,7 @@ def spend_stop(deps: Deps, ctx: RoundContext, t0: float) -> Next | None:
 def tree_stop(deps: Deps, ctx: RoundContext, t0: float) -> Next | None:
     """A ``skipped`` result ("tree budget exhausted") when the agent's runtime tree is at its cap."""
     with deps.sessions() as session:
+        session.connection(execution_options={"sqlite_begin": "DEFERRED"})
         reason = tree_exhausted(session, deps.settings.runtime, ctx.agent_id)
     return None if reason is None else final(ctx, "skipped", reason, t0)
 
@@ -189,8 +190,10 @@ def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
 
 
 def _load(deps: Deps, run_id: str) -> tuple[RoundContext, str, dict[str, Any]]:
-    """The run's stored context, status and drafts (one read transaction)."""
+    """The run's stored context, status and drafts (one read transaction, deferred on SQLite: it
+    takes no write turn, docs/performance/consolidation.md#a-trials-cost)."""
     with deps.sessions() as session:
+        session.connection(execution_options={"sqlite_begin": "DEFERRED"})
         run = get_run(session, run_id)
         ctx = RoundContext.from_json(run.params or {})
         status, drafts = str(run.status), dict(run.drafts or {})
@@ -251,7 +254,10 @@ def run_member(deps: Deps, members: Member, run_id: str, item: Any) -> dict[str,
         if status != "running":
             return {"status": "stale", **_brief(members, item)}
         try:
-            renew_or_stop(deps, ctx)
+            if members != "trials":  # a trial renews in its first round trip (trials.run_trial)
+                renew_or_stop(deps, ctx)
+            else:
+                return MEMBERS[members](deps, ctx, drafts, item)
         except CoordinationError as exc:
             return {"status": "lease_lost", "error": error_record(exc), **_brief(members, item)}
         return MEMBERS[members](deps, ctx, drafts, item)

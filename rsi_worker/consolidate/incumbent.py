@@ -124,6 +124,7 @@ def after_incumbent(deps: Deps, ctx: RoundContext) -> Next:
     t0 = time.monotonic()
     p, run_id = deps.params, ctx.run_id
     with deps.sessions() as session:
+        session.connection(execution_options={"sqlite_begin": "DEFERRED"})  # a read: no write turn
         state = ConsolidationState.from_json(get_agent(session, ctx.agent_id).state)
         rows = [row_json(r) for r in replay_rows(session, run_id, INCUMBENT)]
         worlds = load_worlds(session, ctx.worlds, ctx.agent_id)

@@ -116,6 +116,7 @@ def _load(
     deps: Deps, run_id: str, agent_id: str
 ) -> tuple[dict[str, Any], ConsolidationState, list[dict[str, Any]]]:
     with deps.sessions() as session:
+        session.connection(execution_options={"sqlite_begin": "DEFERRED"})  # a read: no write turn
         drafts = dict(get_run(session, run_id).drafts or {})
         state = ConsolidationState.from_json(get_agent(session, agent_id).state)
         rows = [row_json(r) for r in replay_rows(session, run_id)]

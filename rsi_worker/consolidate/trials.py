@@ -14,14 +14,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from rsi_common.coord import Lease
-from rsi_common.db import get_agent, get_replay_row, save_replay_row
+from rsi_common.db import get_agent, get_harness
 from rsi_common.db.models import ReplayRow
-from rsi_common.harness import Harness, materialize
+from rsi_common.db.replays import store_trial, stored_trial
+from rsi_common.errors import LeaseLost
+from rsi_common.harness import Harness, h0, materialize
 from rsi_common.kernel import RetryPolicy
 from rsi_common.replay import PolicySpec, ReplayResult, replay_world
-from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, load_world
+from rsi_worker.consolidate import trial_memo
+from rsi_worker.consolidate.context import Deps, RoundContext, load_world
 from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, score
-from rsi_worker.consolidate.spend import charge, over_cap, usage_tokens
+from rsi_worker.consolidate.spend import Spend, charge, today, usage_tokens
 from rsi_worker.consolidate.waves import await_first_wave
 from rsi_worker.roles.judge import CriteriaJudge, request_text
 
@@ -49,9 +52,41 @@ def row_json(row: ReplayRow) -> dict[str, Any]:
 
 
 def _harness(session: Any, ctx: RoundContext, candidate: str, drafts: Mapping[str, Any]) -> Harness:
-    if candidate == INCUMBENT:
-        return load_harness(session, ctx.agent_id, ctx.start_version)
-    return materialize(drafts[candidate]["payload"])
+    if candidate != INCUMBENT:
+        return materialize(drafts[candidate]["payload"])
+    version = ctx.start_version
+    if version is None:
+        return h0()
+    found = trial_memo.harnesses.get((ctx.agent_id, version), lambda: materialize(
+        get_harness(session, ctx.agent_id, version).payload))
+    assert found is not None
+    return found
+
+
+def _reads(deps: Deps, ctx: RoundContext, slot: TrialSlot, drafts: Mapping[str, Any]
+           ) -> tuple[dict[str, Any] | None, dict[str, Any], Any, Harness | None, str]:
+    """A trial's reads in one read transaction (deferred on SQLite: no write turn held): ``(stored
+    row, verdict cache, world, harness, harness error)``; the stored row alone when the slot has one.
+    Worlds, the incumbent harness and the verdict cache come from :mod:`trial_memo` when this process
+    read them before (docs/performance/consolidation.md#a-trials-cost)."""
+    with deps.sessions() as session:
+        session.connection(execution_options={"sqlite_begin": "DEFERRED"})
+        existing = stored_trial(session, ctx.run_id, slot.candidate, slot.world_id, slot.trial)
+        if existing is not None:
+            session.commit()
+            return existing, {}, None, None, ""
+        verdicts = trial_memo.verdicts.get((ctx.agent_id, ctx.run_id), lambda: trial_memo.verdict_cache(
+            get_agent(session, ctx.agent_id).state or {}))
+        world = trial_memo.worlds.get((ctx.agent_id, slot.world_id),
+                                      lambda: load_world(session, slot.world_id, ctx.agent_id))
+        harness: Harness | None = None
+        harness_error = ""
+        try:
+            harness = _harness(session, ctx, slot.candidate, drafts)
+        except Exception as exc:
+            harness_error = f"{type(exc).__name__}: {exc}"[:300]
+        session.commit()  # no transaction stays open across model calls (read-only)
+    return None, verdicts or {}, world, harness, harness_error
 
 
 class _Heartbeat:
@@ -89,12 +124,11 @@ def _result_of(deps: Deps, ctx: RoundContext, slot: TrialSlot, world: Any, harne
 
 
 def _store(deps: Deps, ctx: RoundContext, slot: TrialSlot, **values: Any) -> dict[str, Any]:
-    with deps.sessions() as session:
-        row, created = save_replay_row(
+    with deps.sessions() as session:  # a write turn for one INSERT (and a read-back of a duplicate)
+        out, created = store_trial(
             session, ctx.run_id, slot.candidate, slot.world_id, slot.trial, source=slot.source, **values
         )
         session.commit()
-        out = row_json(row)
     if created:  # a duplicate delivery stored nothing: count each trial once
         deps.metrics.replay_finished(out)
     if slot.candidate != INCUMBENT and ctx.early_stop and out["status"] != "cancelled":
@@ -116,36 +150,50 @@ def _second_wave_stopped(deps: Deps, ctx: RoundContext, slot: TrialSlot,
                             _Heartbeat(deps, ctx, slot.candidate), wait_s=wait_s, margin=deps.coord.margin)
 
 
+def _renew(deps: Deps, ctx: RoundContext, slot: TrialSlot) -> tuple[bool, Spend | None]:
+    """Renew the run's lease and read the candidate's cancel flag and today's spend, in one round
+    trip: ``(cancelled, the spend when a cap is reached)`` (docs/performance/consolidation.md#a-trials-cost).
+    A spend that cannot be read counts as no cap reached (``spend.over_cap``).
+
+    Raises:
+        LeaseLost: the lease is held by someone else or expired.
+    """
+    p = deps.params
+    cand = slot.candidate if slot.candidate != INCUMBENT and ctx.early_stop else None
+    day = today() if slot.source == "replay" and (p.agent_daily_tokens or p.cluster_daily_tokens) else None
+    lease = Lease(ctx.agent_id, ctx.token, ctx.fence, ctx.io_id or "")
+    renewed, cancelled, spent = deps.coord.renew_for_trial(lease, ctx.run_id, cand, day)
+    if not renewed:
+        raise LeaseLost(f"agent {ctx.agent_id}: lease of fence {ctx.fence} is no longer held")
+    if day is None or spent is None:
+        return cancelled, None
+    spend = Spend(day, spent[0], spent[1], p.agent_daily_tokens, p.cluster_daily_tokens)
+    return cancelled, spend if spend.reason() else None
+
+
 def run_trial(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], slot: TrialSlot) -> dict[str, Any]:
     """Run (or return the stored result of) one trial slot of a running run; see the module docstring.
     The ``trials`` member of the state machine (``flow.run_trial``), run after its lease check;
     ``drafts``: the run's stored drafts (a candidate's harness)."""
-    run_id = ctx.run_id
-    with deps.sessions() as session:
-        existing = get_replay_row(session, run_id, slot.candidate, slot.world_id, slot.trial)
-        if existing is not None:
-            return row_json(existing)
-        verdicts = dict(get_agent(session, ctx.agent_id).state.get("verdicts") or {})
-        world = load_world(session, slot.world_id, ctx.agent_id)
-        try:
-            harness = _harness(session, ctx, slot.candidate, drafts)
-        except Exception as exc:
-            harness, harness_error = None, f"{type(exc).__name__}: {exc}"[:300]
-        session.commit()  # no transaction stays open across model calls (read-only)
+    cancelled, capped = _renew(deps, ctx, slot)
+    existing, verdicts, world, harness, harness_error = _reads(deps, ctx, slot, drafts)
+    if existing is not None:
+        return existing
     checks = ctx.checks.get(slot.world_id, [])
-    if slot.candidate != INCUMBENT and ctx.early_stop and deps.coord.is_cancelled(run_id, slot.candidate):
+    if cancelled:
         return _store(deps, ctx, slot, status="cancelled", result={"reason": "cancelled before the replay"})
     if world is None or harness is None:
         error = "world no longer stored" if world is None else harness_error
         return _store(deps, ctx, slot, status="missing", weight=len(checks), result={"error": error})
     if _second_wave_stopped(deps, ctx, slot, checks_of=ctx.checks):
         return _store(deps, ctx, slot, status="cancelled", result={"reason": "cancelled before the replay"})
-    if slot.source == "replay" and over_cap(deps, ctx.agent_id) is not None:
+    if capped is not None:
         return _store(deps, ctx, slot, status="missing", weight=len(checks),
                       result={"error": "spend cap reached: not replayed"})
     replay = _result_of(deps, ctx, slot, world, harness)
-    if slot.source == "replay":
-        charge(deps, ctx.agent_id, int(replay.policy_tokens or 0))
+    policy_tokens = int(replay.policy_tokens or 0) if slot.source == "replay" else 0
+    if replay.status == "cancelled" or replay.missing:
+        charge(deps, ctx.agent_id, policy_tokens)
     if replay.status == "cancelled":
         return _store(deps, ctx, slot, status="cancelled", result={"replay": replay.to_json()})
     if replay.missing:
@@ -163,7 +211,8 @@ def run_trial(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], slot: Tr
         checks, request_text(world.request, world.history), replay.answer, judge.verdict
     )
     passed = sum(1 for v in graded if v["pass"])
-    charge(deps, ctx.agent_id, usage_tokens({"judge": judge_client.usage()}))
+    # the replay's and the judge's tokens in one round trip (docs/performance/consolidation.md#a-trials-cost)
+    charge(deps, ctx.agent_id, policy_tokens + usage_tokens({"judge": judge_client.usage()}))
     result = {
         "replay": replay.to_json(),
         "passed": passed,
