@@ -58,7 +58,7 @@ from rsi_common.math import (
 from rsi_common.math.calibrate import calibrate
 from rsi_common.world import TurnWorld
 from rsi_worker.consolidate.context import CountingClient, ModelFactory, load_worlds
-from rsi_worker.consolidate.draft import DraftContext, draft_candidate
+from rsi_worker.consolidate.draft import DraftContext, draft_candidate, round_gate
 from rsi_worker.consolidate.evaluate import StopContext, assemble
 from rsi_worker.consolidate.incumbent import FAIL_BELOW
 from rsi_worker.evolve.config import EvolveConfig
@@ -432,6 +432,7 @@ class _Run:
     def run_round(self) -> str:
         """Run (or resume) round ``state.t``; returns ``adopted``, ``kept`` or ``infra``."""
         assert self.state is not None
+        t_round = time.perf_counter()
         t = int(self.state["t"])
         stored = self.store.round(self.name, t) or {}
         before = stored.get("before") or self.state
@@ -442,11 +443,18 @@ class _Run:
         # the previous winner's held-out evaluation runs beside this round (reporting only: no role
         # and no decision reads it); its figure is stored with this round's state
         owed = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rsi-heldout")
-        t_held = t_round = time.perf_counter()
+
+        def heldout_beside() -> float | None:
+            t0 = time.perf_counter()
+            held = self.pending_heldout(before)
+            if before.get("heldout_pending"):
+                self.env.phase(t, "heldout (previous winner, beside this round)", time.perf_counter() - t0)
+            return held
+
         with self.slots():  # every trial of the round (smoke, candidates, held-out) shares them
-            held_future = owed.submit(self.pending_heldout, before)
+            held_future = owed.submit(heldout_beside)
             try:
-                return self._round(t, stored, before, incumbent, inc_ev, held_future, t_held)
+                return self._round(t, stored, before, incumbent, inc_ev, held_future)
             finally:
                 owed.shutdown(wait=True)
                 self.pool = None
@@ -460,7 +468,6 @@ class _Run:
         incumbent: Harness,
         inc_ev: EvalResult,
         held_future: Future[float | None],
-        t_held: float,
     ) -> str:
         setup = self.round_setup(before, incumbent)
         views = self.views(before, inc_ev)
@@ -492,6 +499,9 @@ class _Run:
         )
         missing = [(i, v) for i, v in enumerate("ABCDEFGH"[: p.m]) if v not in drafts]
         lock = threading.Lock()
+        gate_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rsi-gate")
+        if missing:  # the screen's view of the round, built once beside the proposers' first calls
+            dctx = dataclasses.replace(dctx, gate=gate_pool.submit(round_gate, dctx).result)
 
         def draft_one(item: tuple[int, str]) -> None:
             i, v = item
@@ -544,11 +554,12 @@ class _Run:
             return out
 
         t_cands = time.perf_counter()
-        cands = _each(pipeline, list(enumerate("ABCDEFGH"[: p.m])), self.config.eval_parallel)
+        try:
+            cands = _each(pipeline, list(enumerate("ABCDEFGH"[: p.m])), self.config.eval_parallel)
+        finally:
+            gate_pool.shutdown(wait=True)
         self.env.phase(t, "candidates", time.perf_counter() - t_cands)
         held = held_future.result()
-        if before.get("heldout_pending"):
-            self.env.phase(t, "heldout (previous winner, beside this round)", time.perf_counter() - t_held)
         self.raise_pending()
         counts = accepted_counts(records, before_t=t)
         winner, decisions = judge(self.config, p, cands, inc_ev, S_star, delta, counts, setup["enabled"])
