@@ -9,8 +9,10 @@ loading the run, its status writes) and its capacity-aware bound: ``latency ×``
 of the round's graph as it ran (:func:`~rsi_worker.bench.evolve_bound.round_jobs`: the digesters, the
 reporter, each draft, its smoke trials, its other trials, the held-out trials) over the round's threads
 (``digest_parallel`` digesters — the bench gives them ``eval_parallel × trial_parallel`` —, ``eval_parallel``
-drafts, ``eval_parallel × trial_parallel`` trial slots). ``phases_s`` per round: the walls
-of the analysis, of each variant's draft and of its smoke and evaluation (a variant's trials start as soon
+drafts, ``eval_parallel × trial_parallel`` trial slots); ``structure_s``: that graph's wall as the engine
+schedules it with no overhead (:func:`~rsi_worker.bench.evolve_bound.list_schedule`), so ``wall_s −
+structure_s`` is the overhead (SQL, JSON, gate checks, threads on busy cores). ``phases_s`` per round: the
+walls of the analysis, of each variant's draft and of its smoke and evaluation (a variant's trials start as soon
 as its draft passed), of all candidates, of the previous winner's held-out evaluation (it runs beside the
 round), and ``other`` (the rest: views, SQL and JSON, judging).
 ``heldout_gain`` = last held-out S − H0's;
@@ -27,7 +29,7 @@ from typing import Any
 from rsi_common.config import Settings, SimConfig
 from rsi_common.db import make_engine, session_factory, upgrade
 from rsi_common.math import RRSIParams
-from rsi_worker.bench.evolve_bound import lower_bound, round_jobs
+from rsi_worker.bench.evolve_bound import list_schedule, lower_bound, round_jobs
 from rsi_worker.bench.evolve_suite import sim_suite
 from rsi_worker.consolidate import default_models
 from rsi_worker.evolve.config import EvolveConfig
@@ -43,9 +45,10 @@ def _calls(usage: dict[str, Any], roles: tuple[str, ...]) -> int:
 
 def _bound_units(
     store: Store, rnd: dict[str, Any], usage: dict[str, Any], config: EvolveConfig, heldout: int, last: bool
-) -> float:
-    """The round's bound in latency units (module docstring). ``heldout``: trials of one held-out
-    evaluation; the previous winner's runs beside the round, the last round's own winner after it."""
+) -> tuple[float, float]:
+    """The round's bound and its overhead-free wall (``list_schedule``) in latency units (module
+    docstring). ``heldout``: trials of one held-out evaluation; the previous winner's runs beside the
+    round, the last round's own winner after it."""
     t = int(rnd["t"])
     trials: dict[str, int] = {}
     for r in store.trials("bench", t):
@@ -62,7 +65,7 @@ def _bound_units(
     )
     slots = config.eval_parallel * config.trial_parallel
     pools = {"digest": config.digest_parallel, "draft": config.eval_parallel, "trial": slots, "main": 1}
-    return lower_bound(jobs, pools)
+    return lower_bound(jobs, pools), list_schedule(jobs, pools)
 
 
 def decisions_of(store: Store, name: str = "bench") -> list[Any]:
@@ -191,11 +194,8 @@ def bench_evolve(
             prev = dict(usage)
             t = int(state["t"]) - 1
             rnd = store.round("bench", t) or {}
-            bound = (
-                latency_ms
-                / 1000
-                * _bound_units(store, rnd, delta_usage, config, heldout * k, out.status == "done")
-            )
+            units = _bound_units(store, rnd, delta_usage, config, heldout * k, out.status == "done")
+            bound, structure = (latency_ms / 1000 * u for u in units)
             phases = {name: round(sec, 3) for pt, name, sec in env.phases if pt == t}
             # the round itself (not this call's load of the run and its status writes), and the last
             # round's winner measured on the held-out split before the run ends
@@ -215,6 +215,7 @@ def bench_evolve(
                     "call_wall_s": round(call_wall, 3),
                     "bound_s": round(bound, 3),
                     "wall_over_bound": round(wall / bound, 3) if bound else None,
+                    "structure_s": round(structure, 3),
                     "phases_s": phases,
                 }
             )

@@ -13,15 +13,20 @@ it), no schedule that respects the dependencies and the pool sizes ends before
 
 (the jobs with ``e(j) ≥ τ`` start at τ or later, and pool p runs at most ``size(p)`` of them at once).
 ``τ = 0`` gives the plain ``work / slots`` of a pool.
+
+:func:`list_schedule` is the other side: the wall of the same graph run as the engine runs it, with no
+overhead at all (a freed thread takes the ready job of the lowest priority, then the one ready first) —
+what the round's structure costs, before any overhead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import heapq
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Job", "earliest_starts", "lower_bound", "round_jobs"]
+__all__ = ["Job", "earliest_starts", "list_schedule", "lower_bound", "round_jobs", "smoke_first"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,37 @@ def lower_bound(jobs: Sequence[Job], pools: Mapping[str, int]) -> float:
             work = sum(j.length for j in mine if e[j.name] >= tau)
             best = max(best, tau + work / size)
     return best
+
+
+def smoke_first(job: Job) -> int:
+    """The engine's priority: a smoke trial (it gates its candidate) before any other job."""
+    return 0 if job.name.startswith("smoke ") else 1
+
+
+def list_schedule(
+    jobs: Sequence[Job], pools: Mapping[str, int], priority: Callable[[Job], int] = smoke_first
+) -> float:
+    """The end of a greedy schedule of ``jobs`` (module docstring), in latency units (0.0 for no job)."""
+    earliest_starts(jobs)  # refuses unknown dependencies and cycles
+    by_name = {j.name: j for j in jobs}
+    done: dict[str, float] = {}
+    free = {p: pools.get(p, 0) for p in {j.pool for j in jobs}}
+    if any(n < 1 for n in free.values()):
+        raise ValueError(f"pools: every pool needs a size >= 1, got {free}")
+    waiting, now = list(jobs), 0.0
+    running: list[tuple[float, str]] = []
+    while waiting or running:
+        ready = [j for j in waiting if all(d in done for d in j.after)]
+        ready.sort(key=lambda j: (priority(j), max((done[d] for d in j.after), default=0.0)))
+        for j in ready:
+            if free[j.pool] > 0:
+                free[j.pool] -= 1
+                waiting.remove(j)
+                heapq.heappush(running, (now + j.length, j.name))
+        now, name = heapq.heappop(running)
+        done[name] = now
+        free[by_name[name].pool] += 1
+    return now
 
 
 def round_jobs(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rsi_worker.bench.evolve_bound import Job, earliest_starts, lower_bound, round_jobs
+from rsi_worker.bench.evolve_bound import Job, earliest_starts, list_schedule, lower_bound, round_jobs
 
 
 def test_the_longest_chain_bounds_a_graph_with_slots_to_spare() -> None:
@@ -78,3 +78,16 @@ def test_held_out_trials_run_beside_the_round_or_after_its_judgement() -> None:
     after = round_jobs(rnd, {}, digester_calls=12, heldout_owed=0, heldout_after=8)
     assert earliest_starts(after)["winner heldout 7"] == 5
     assert lower_bound(after, {"digest": 8, "draft": 2, "trial": 8, "main": 1}) == 7
+
+
+def test_the_structure_of_round_0_before_and_after_the_shared_slots() -> None:
+    jobs = round_jobs(_round(), {"A": 16, "B": 16}, digester_calls=16, heldout_owed=0, heldout_after=0)
+    pools = {"digest": 8, "draft": 2, "trial": 8, "main": 1}
+    assert list_schedule(jobs, pools) == 17  # shared slots, smoke first: 1.03 x the bound (16.5)
+    # trial_parallel 4 per candidate (the slots before): 19, 1.15 x the bound
+    own = [
+        Job(j.name, j.length, f"trial {j.name.split()[1][0]}" if j.pool == "trial" else j.pool, j.after)
+        for j in jobs
+    ]
+    assert list_schedule(own, {"digest": 8, "draft": 2, "trial A": 4, "trial B": 4, "main": 1}) == 19
+    assert list_schedule([], {}) == 0.0
