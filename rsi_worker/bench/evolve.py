@@ -13,8 +13,8 @@ drafts, ``eval_parallel × trial_parallel`` trial slots); ``structure_s``: that 
 schedules it with no overhead (:func:`~rsi_worker.bench.evolve_bound.list_schedule`), so ``wall_s −
 structure_s`` is the overhead (SQL, JSON, gate checks, threads on busy cores). ``phases_s`` per round:
 the walls of the analysis, of each variant's draft and of its smoke and evaluation (a variant's trials
-start as soon as its draft passed), of all candidates, of the previous winner's held-out evaluation (it runs beside the
-round), and ``other`` (the rest: views, SQL and JSON, judging).
+start as soon as its draft passed), of all candidates, of the previous winner's held-out evaluation (it
+runs beside the round), and ``other`` (the rest: views, SQL and JSON, judging).
 ``heldout_gain`` = last held-out S − H0's;
 ``heldout_regressions`` = adopted rounds that lowered held-out S by more than δ.
 """
