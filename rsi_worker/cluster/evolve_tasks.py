@@ -5,9 +5,7 @@ queue whose body is the next ``evolve_step``.
     evolve_step ─► chord(evolve_trial × pending slots) ─► evolve_step ─► … ─► evolve_step (round judged)
                 ─► evolve_step (next round) ─► … ─► done | stopped | failed
 
-No task waits on another. A step that judged the baseline or a round runs the next step in the same
-task while it is young (:data:`CONTINUE_FRACTION`), instead of a hop through the broker.
-``evolve_trial`` never raises (a chord member); its idempotency key is the
+No task waits on another. ``evolve_trial`` never raises (a chord member); its idempotency key is the
 trial row's ``(evolve, t, candidate, task, trial, attempt)``. ``evolve_step`` recomputes everything
 from stored rows (drafts, analyses and trials are stored as they are made), so a redelivered step
 decides the same and a killed worker's trials are simply run again by the next step.
@@ -20,7 +18,6 @@ beating, and the new chain does the work. The step that ends the run releases th
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from celery import Celery, chord
@@ -33,11 +30,7 @@ from rsi_worker.cluster.middleware import Middleware, Policy, TaskCall, task
 from rsi_worker.cluster.worker import WorkerContext
 from rsi_worker.evolve.engine import EvolveEnv, run_step, run_trial_spec
 
-__all__ = ["CONTINUE_FRACTION", "register_evolve", "step_signature"]
-
-CONTINUE_FRACTION = 0.1
-"""A step that judged the baseline or a round runs the next step itself (one Celery hop less per round)
-while it has run less than this fraction of the task soft time limit; after that it sends it."""
+__all__ = ["register_evolve", "step_signature"]
 
 
 def step_signature(app: Celery, name: str, lease: Lease | None = None) -> Any:
@@ -55,8 +48,6 @@ def _lease(agent: str | None, token: str | None, fence: int | None, io: str | No
 
 def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) -> None:
     """Register ``evolve_step`` and ``evolve_trial`` on ``app`` through the task wrapper ``chain``."""
-
-    inline_s = ctx.settings.task_soft_time_limit_s * CONTINUE_FRACTION
 
     def env() -> EvolveEnv:
         rt = ctx.runtime()
@@ -95,15 +86,9 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
         lease = _lease(agent, token, fence, io)
         if not renewed(coord, lease):
             return "stale: lease lost"
-        started = time.monotonic()
         out = run_step(env(), name)
         if not renewed(coord, lease):
             return "stale: lease lost"
-        # a judged baseline or round goes on in this task (no hop) while it is young
-        while out.status == "running" and time.monotonic() - started < inline_s:
-            out = run_step(env(), name)
-            if not renewed(coord, lease):
-                return "stale: lease lost"
         if out.status == "pending":
             queue = TASK_QUEUES[TASK_EVOLVE_TRIAL]
             header = [
