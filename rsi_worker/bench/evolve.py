@@ -2,15 +2,19 @@
 measured round by round (a measurement, not a test).
 
 Per round: S on the evolve split (the incumbent's Ŝ after the round), held-out S, δ, adoption, model calls
-by role, wall time and its capacity-aware bound ``latency × max(chain, calls / slots)``: ``chain`` is the
-longest chain of dependent model calls (a digester's two calls and the reporter, one draft's proposer
-and critic calls, then one trial — the policy call, then its checks judged in parallel — for smoke, the
-evaluation and, after an adoption, the held-out split), ``slots`` = ``eval_parallel × trial_parallel``
-(candidates are drafted and evaluated ``eval_parallel`` at a time, each with ``trial_parallel`` trials in
-flight; the digesters get the same number of slots, ``digest_parallel``). ``phases_s`` per round: the walls
-of the analysis, of each variant's draft and of its smoke and evaluation (a variant's trials start as soon
-as its draft passed), of all candidates, of the previous winner's held-out evaluation (it runs beside the
-round), and ``other`` (the rest: views, SQL and JSON, judging).
+by role, the round's wall (``wall_s``: the round from its start to its stored state, plus, for the last
+round, its winner's held-out evaluation; ``call_wall_s`` adds the bench's ``run --rounds 1`` call around it:
+loading the run, its status writes) and its capacity-aware bound: ``latency ×``
+:func:`~rsi_worker.bench.evolve_bound.lower_bound`
+of the round's graph as it ran (:func:`~rsi_worker.bench.evolve_bound.round_jobs`: the digesters, the
+reporter, each draft, its smoke trials, its other trials, the held-out trials) over the round's threads
+(``digest_parallel`` digesters — the bench gives them ``eval_parallel × trial_parallel`` —, ``eval_parallel``
+drafts, ``eval_parallel × trial_parallel`` trial slots); ``structure_s``: that graph's wall as the engine
+schedules it with no overhead (:func:`~rsi_worker.bench.evolve_bound.list_schedule`), so ``wall_s −
+structure_s`` is the overhead (SQL, JSON, gate checks, threads on busy cores). ``phases_s`` per round:
+the walls of the analysis, of each variant's draft and of its smoke and evaluation (a variant's trials
+start as soon as its draft passed), of all candidates, of the previous winner's held-out evaluation (it
+runs beside the round), and ``other`` (the rest: views, SQL and JSON, judging).
 ``heldout_gain`` = last held-out S − H0's;
 ``heldout_regressions`` = adopted rounds that lowered held-out S by more than δ.
 """
@@ -25,6 +29,7 @@ from typing import Any
 from rsi_common.config import Settings, SimConfig
 from rsi_common.db import make_engine, session_factory, upgrade
 from rsi_common.math import RRSIParams
+from rsi_worker.bench.evolve_bound import list_schedule, lower_bound, round_jobs
 from rsi_worker.bench.evolve_suite import sim_suite
 from rsi_worker.consolidate import default_models
 from rsi_worker.evolve.config import EvolveConfig
@@ -33,30 +38,34 @@ from rsi_worker.evolve.store import Store
 
 __all__ = ["bench_evolve"]
 
-TRIAL_ROLES = ("policy", "judge")
-
 
 def _calls(usage: dict[str, Any], roles: tuple[str, ...]) -> int:
     return sum(int((usage.get(r) or {}).get("calls", 0)) for r in roles)
 
 
-def _bound_calls(
-    usage: dict[str, Any], rnd: dict[str, Any], config: EvolveConfig, trial_chain: int, slots: int, last: bool
-) -> float:
-    """In latency units. The previous winner's held-out evaluation runs beside the round (a parallel
-    chain of ``trial_chain``); the last round's own winner is measured after it (serial)."""
-    m = max(1, config.params.m)
-    drafts = rnd.get("drafts") or {}
-    smoked = any("smoke" in d for d in drafts.values())
-    evaluated = any(d.get("gate") is None for d in drafts.values()) and _calls(usage, TRIAL_ROLES) > 0
-    adopted_last = last and (rnd.get("decision") or {}).get("winner") is not None
+def _bound_units(
+    store: Store, rnd: dict[str, Any], usage: dict[str, Any], config: EvolveConfig, heldout: int, last: bool
+) -> tuple[float, float]:
+    """The round's bound and its overhead-free wall (``list_schedule``) in latency units (module
+    docstring). ``heldout``: trials of one held-out evaluation; the previous winner's runs beside the
+    round, the last round's own winner after it."""
+    t = int(rnd["t"])
+    trials: dict[str, int] = {}
+    for r in store.trials("bench", t):
+        if r["status"] != "cancelled" and r["candidate"] in (rnd.get("drafts") or {}):
+            trials[r["candidate"]] = trials.get(r["candidate"], 0) + 1
     owed = bool((rnd.get("before") or {}).get("heldout_pending"))
-    analysis = (2 if _calls(usage, ("digester",)) else 0) + _calls(usage, ("reporter",))
-    drafting = -(-_calls(usage, ("proposer", "critic")) // m)
-    main = analysis + drafting + trial_chain * (int(smoked) + int(evaluated))
-    chain = max(main, trial_chain * int(owed)) + trial_chain * int(adopted_last)
-    total = sum(int(u.get("calls", 0)) for u in usage.values())
-    return float(max(chain, total / slots))
+    adopted_last = last and (rnd.get("decision") or {}).get("winner") is not None
+    jobs = round_jobs(
+        rnd,
+        trials,
+        digester_calls=_calls(usage, ("digester",)),
+        heldout_owed=heldout * int(owed),
+        heldout_after=heldout * int(adopted_last),
+    )
+    slots = config.eval_parallel * config.trial_parallel
+    pools = {"digest": config.digest_parallel, "draft": config.eval_parallel, "trial": slots, "main": 1}
+    return lower_bound(jobs, pools), list_schedule(jobs, pools)
 
 
 def decisions_of(store: Store, name: str = "bench") -> list[Any]:
@@ -167,17 +176,15 @@ def bench_evolve(
         )
         store.create("bench", suite.name, config)
         env = EvolveEnv(sessions, default_models(settings), settings)
-        trial_chain = 2  # the policy call, then the answer's checks judged in parallel
         t0 = time.perf_counter()
         run_inline(env, "bench", max_rounds=0)
         baseline_s = time.perf_counter() - t0
         per_round: list[dict[str, Any]] = []
         prev = dict((store.run("bench")[4] or {}).get("usage") or {})
-        slots = trial_parallel * eval_parallel
         for _ in range(rounds):
             t1 = time.perf_counter()
             out = run_inline(env, "bench", max_rounds=1)
-            wall = time.perf_counter() - t1
+            call_wall = time.perf_counter() - t1
             state = store.run("bench")[4] or {}
             usage = state.get("usage") or {}
             delta_usage = {
@@ -187,12 +194,12 @@ def bench_evolve(
             prev = dict(usage)
             t = int(state["t"]) - 1
             rnd = store.round("bench", t) or {}
-            bound = (
-                latency_ms
-                / 1000
-                * _bound_calls(delta_usage, rnd, config, trial_chain, slots, out.status == "done")
-            )
+            units = _bound_units(store, rnd, delta_usage, config, heldout * k, out.status == "done")
+            bound, structure = (latency_ms / 1000 * u for u in units)
             phases = {name: round(sec, 3) for pt, name, sec in env.phases if pt == t}
+            # the round itself (not this call's load of the run and its status writes), and the last
+            # round's winner measured on the held-out split before the run ends
+            wall = phases.pop("round") + phases.get("heldout (at the run's end)", 0.0)
             top = sum(phases.get(k, 0.0) for k in ("analysis", "candidates"))
             phases["other"] = round(max(0.0, wall - top), 3)  # views, SQL and JSON, judging, state
             per_round.append(
@@ -205,8 +212,10 @@ def bench_evolve(
                     "adopted": (rnd.get("decision") or {}).get("winner") is not None,
                     "calls": {r: u["calls"] for r, u in delta_usage.items()},
                     "wall_s": round(wall, 3),
+                    "call_wall_s": round(call_wall, 3),
                     "bound_s": round(bound, 3),
                     "wall_over_bound": round(wall / bound, 3) if bound else None,
+                    "structure_s": round(structure, 3),
                     "phases_s": phases,
                 }
             )
@@ -217,7 +226,7 @@ def bench_evolve(
             held = [h for h in state.get("heldout", []) if h["t"] == r["t"]]
             r["heldout_S"] = held[-1]["S"] if held else None
         inline_decisions = decisions_of(store)
-        inline_wall = baseline_s + sum(r["wall_s"] for r in per_round)
+        inline_wall = baseline_s + sum(r["call_wall_s"] for r in per_round)
         engine.dispose()
     cluster = None
     if distributed:

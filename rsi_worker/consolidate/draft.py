@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +63,8 @@ from rsi_worker.roles.critic import Review, model_review, recent_user_messages
 from rsi_worker.roles.proposer import Proposal, ProposerSetup, propose, proposer_system, proposer_user
 from rsi_worker.roles.proposer_context import cacheable_prefix
 
-__all__ = ["CONTEXT_SCHEMA", "DETAIL_CHARS", "RESERVED_REASON", "Draft", "DraftContext", "draft_candidate"]
+__all__ = ["CONTEXT_SCHEMA", "DETAIL_CHARS", "RESERVED_REASON", "Draft", "DraftContext", "draft_candidate",
+           "round_gate"]
 
 CONTEXT_SCHEMA = "rsi-draft-context/1"
 DETAIL_CHARS = 600
@@ -89,6 +90,9 @@ class DraftContext:
         views: one view per evaluation world (the worst incumbent trial if failing, else the best).
         worlds: the loaded worlds (critic patterns, recent user messages).
         registry: component registry for validation and smoke (None = the kernel's; not serialised).
+        gate: the round's :class:`GateRound` when the caller builds it once for every draft of the round
+            (:func:`round_gate`, e.g. beside the proposer's calls); ``None`` = each draft builds it
+            (not serialised).
     """
 
     incumbent: Harness
@@ -107,6 +111,7 @@ class DraftContext:
     views: Sequence[View] = ()
     worlds: Sequence[TurnWorld] = ()
     registry: Mapping[str, type] | None = None
+    gate: Callable[[], GateRound] | None = None
     screen: ScreenInputs = field(default_factory=ScreenInputs)
     """The agent's grant, forbidden terms, revoked versions and a refine's focus
     (:mod:`~rsi_worker.consolidate.screen_inputs`); stored only when not the default."""
@@ -257,13 +262,8 @@ class _Drafter:
                        repair=repair is not None)
 
     def gate_round(self) -> GateRound:
-        """The deterministic screen's view of this round (built once per draft)."""
-        ctx = self.ctx
-        return build_round(ctx.incumbent, ctx.worlds, views=ctx.views, analysis=ctx.analysis,
-                           patterns=critic_patterns(ctx.worlds), ceilings=ctx.params.ceilings,
-                           trusted=[cacheable_prefix()],
-                           max_instruction_chars=ctx.params.max_instruction_chars,
-                           screen=ctx.screen)
+        """The deterministic screen's view of this round (``ctx.gate``'s, else built for this draft)."""
+        return self.ctx.gate() if self.ctx.gate is not None else round_gate(self.ctx)
 
     def reserved_check(self, edits: Sequence[Mapping[str, Any]]) -> Review | None:
         """The reserved-slot rule that turns an accepted verdict into a reject (step 3), or None."""
@@ -347,6 +347,14 @@ class _Drafter:
             return
         built = harness.with_parent(self.ctx.incumbent.version)
         draft.payload, draft.version = built.payload(), built.version
+
+
+def round_gate(ctx: DraftContext) -> GateRound:
+    """The deterministic screen's view of the round ``ctx`` (the same for every draft of it: read-only)."""
+    return build_round(ctx.incumbent, ctx.worlds, views=ctx.views, analysis=ctx.analysis,
+                       patterns=critic_patterns(ctx.worlds), ceilings=ctx.params.ceilings,
+                       trusted=[cacheable_prefix()], max_instruction_chars=ctx.params.max_instruction_chars,
+                       screen=ctx.screen)
 
 
 def draft_candidate(ctx: DraftContext, variant: str, index: int, *, proposer: ModelClient,

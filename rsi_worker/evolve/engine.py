@@ -58,12 +58,13 @@ from rsi_common.math import (
 from rsi_common.math.calibrate import calibrate
 from rsi_common.world import TurnWorld
 from rsi_worker.consolidate.context import CountingClient, ModelFactory, load_worlds
-from rsi_worker.consolidate.draft import DraftContext, draft_candidate
+from rsi_worker.consolidate.draft import DraftContext, draft_candidate, round_gate
 from rsi_worker.consolidate.evaluate import StopContext, assemble
 from rsi_worker.consolidate.incumbent import FAIL_BELOW
 from rsi_worker.evolve.config import EvolveConfig
 from rsi_worker.evolve.evaluation import EvalJob, bounds, evaluate
 from rsi_worker.evolve.judgement import apply_judgement, decision_record, judge, plain
+from rsi_worker.evolve.slots import SMOKE, SlotPool
 from rsi_worker.evolve.store import Store
 from rsi_worker.evolve.suite import Suite
 from rsi_worker.evolve.trials import TrialEnv, request_world, run_task
@@ -160,6 +161,13 @@ class _Run:
         self.retry = RetryPolicy.from_settings(env.settings)
         self.deferred: list[dict[str, Any]] | None = None
         """``None`` in one process; on the cluster, the trial specs deferred by this step."""
+        self.pool: SlotPool | None = None
+        """The trial slots shared by the baseline's or the round's evaluations (:meth:`slots`)."""
+
+    def slots(self) -> SlotPool:
+        """A fresh pool of ``eval_parallel × trial_parallel`` trial slots, set as ``self.pool``."""
+        self.pool = SlotPool(max(1, self.config.eval_parallel * self.config.trial_parallel))
+        return self.pool
 
     # --- evaluations ----------------------------------------------------------------------------
 
@@ -217,6 +225,7 @@ class _Run:
             parallel=self.config.trial_parallel,
             stop=stop,
             defer=defer if deferred is not None else None,
+            pool=self.pool,
         )
         for r, c in clients.items():
             self.env.count(r, c)
@@ -240,7 +249,9 @@ class _Run:
             for r in range(self.config.base_evals)
         ]
         jobs.append(functools.partial(self._heldout, -1, h0(), None))
-        *all_rows, held = _each(lambda job: job(), jobs, self.config.eval_parallel)
+        with self.slots():  # their trials share the slots (each takes one as the last ends)
+            *all_rows, held = _each(lambda job: job(), jobs, len(jobs))
+        self.pool = None
         self.raise_pending()
         for r, rows in enumerate(all_rows):
             assert rows is not None
@@ -319,9 +330,13 @@ class _Run:
         assert self.state is not None
         if not self.state.get("heldout_pending"):
             return
-        held = self.pending_heldout(self.state)
+        t0 = time.perf_counter()
+        with self.slots():
+            held = self.pending_heldout(self.state)
+        self.pool = None
         self.raise_pending()
         self._save_state(with_heldout(dict(self.state), held), None, {})
+        self.env.phase(int(self.state["t"]) - 1, "heldout (at the run's end)", time.perf_counter() - t0)
 
     def raise_pending(self) -> None:
         """On the cluster: raise :class:`Pending` when some evaluation deferred trials."""
@@ -417,6 +432,7 @@ class _Run:
     def run_round(self) -> str:
         """Run (or resume) round ``state.t``; returns ``adopted``, ``kept`` or ``infra``."""
         assert self.state is not None
+        t_round = time.perf_counter()
         t = int(self.state["t"])
         stored = self.store.round(self.name, t) or {}
         before = stored.get("before") or self.state
@@ -427,12 +443,22 @@ class _Run:
         # the previous winner's held-out evaluation runs beside this round (reporting only: no role
         # and no decision reads it); its figure is stored with this round's state
         owed = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rsi-heldout")
-        t_held = time.perf_counter()
-        held_future = owed.submit(self.pending_heldout, before)
-        try:
-            return self._round(t, stored, before, incumbent, inc_ev, held_future, t_held)
-        finally:
-            owed.shutdown(wait=True)
+
+        def heldout_beside() -> float | None:
+            t0 = time.perf_counter()
+            held = self.pending_heldout(before)
+            if before.get("heldout_pending"):
+                self.env.phase(t, "heldout (previous winner, beside this round)", time.perf_counter() - t0)
+            return held
+
+        with self.slots():  # every trial of the round (smoke, candidates, held-out) shares them
+            held_future = owed.submit(heldout_beside)
+            try:
+                return self._round(t, stored, before, incumbent, inc_ev, held_future)
+            finally:
+                owed.shutdown(wait=True)
+                self.pool = None
+                self.env.phase(t, "round", time.perf_counter() - t_round)
 
     def _round(
         self,
@@ -442,7 +468,6 @@ class _Run:
         incumbent: Harness,
         inc_ev: EvalResult,
         held_future: Future[float | None],
-        t_held: float,
     ) -> str:
         setup = self.round_setup(before, incumbent)
         views = self.views(before, inc_ev)
@@ -474,6 +499,9 @@ class _Run:
         )
         missing = [(i, v) for i, v in enumerate("ABCDEFGH"[: p.m]) if v not in drafts]
         lock = threading.Lock()
+        gate_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rsi-gate")
+        if missing:  # the screen's view of the round, built once beside the proposers' first calls
+            dctx = dataclasses.replace(dctx, gate=gate_pool.submit(round_gate, dctx).result)
 
         def draft_one(item: tuple[int, str]) -> None:
             i, v = item
@@ -526,11 +554,12 @@ class _Run:
             return out
 
         t_cands = time.perf_counter()
-        cands = _each(pipeline, list(enumerate("ABCDEFGH"[: p.m])), self.config.eval_parallel)
+        try:
+            cands = _each(pipeline, list(enumerate("ABCDEFGH"[: p.m])), self.config.eval_parallel)
+        finally:
+            gate_pool.shutdown(wait=True)
         self.env.phase(t, "candidates", time.perf_counter() - t_cands)
         held = held_future.result()
-        if before.get("heldout_pending"):
-            self.env.phase(t, "heldout (previous winner, beside this round)", time.perf_counter() - t_held)
         self.raise_pending()
         counts = accepted_counts(records, before_t=t)
         winner, decisions = judge(self.config, p, cands, inc_ev, S_star, delta, counts, setup["enabled"])
@@ -580,11 +609,12 @@ class _Run:
             row, _ = self.store.save_trial(self.name, t, variant, task, 0, 0, values)
             return bool(row["status"] == "ok")
 
-        missing = [
-            task
-            for task, ok in zip(tasks, _each(one, tasks, self.config.trial_parallel), strict=True)
-            if not ok
-        ]
+        oks = (
+            self.pool.map(one, tasks, SMOKE)  # ahead of queued evaluation trials: it gates a candidate
+            if self.pool is not None
+            else _each(one, tasks, self.config.trial_parallel)
+        )
+        missing = [task for task, ok in zip(tasks, oks, strict=True) if not ok]
         for r, c in clients.items():
             self.env.count(r, c)
         detail = f"smoke: {len(missing)}/{len(tasks)} trials missing" if missing else ""

@@ -3,8 +3,9 @@ re-run of missing trials.
 
 * **Trial order**: the ``(task, trial)`` slots shuffled with ``random.Random(seed)`` (:func:`slot_order`),
   the same order for every candidate of every round.
-* **Trials** run on ``parallel`` threads in that order; a stored slot is never run again (the trial
-  rows are idempotent), so a killed run resumes from its last stored trial.
+* **Trials** run in that order on the round's shared slots (``pool``, :mod:`rsi_worker.evolve.slots`: a
+  slot is refilled as each trial ends), else on ``parallel`` threads of their own; a stored slot is never
+  run again (the trial rows are idempotent), so a killed run resumes from its last stored trial.
 * **Early stop** (production only; ``stop`` given): before a trial starts, the exact bound
   (docs/algorithm/formulas.md §2.10) is checked over the rows stored so far, a missing trial counting
   as unknown weight; once rejection at the floor is certain the remaining slots are stored
@@ -25,6 +26,7 @@ from typing import Any
 
 from rsi_common.math import can_stop_exactly
 from rsi_worker.consolidate.evaluate import StopContext, bound_total
+from rsi_worker.evolve.slots import TRIAL, SlotPool
 from rsi_worker.evolve.store import Store
 
 __all__ = ["EvalJob", "SlotRunner", "bounds", "evaluate", "latest_rows", "slot_order"]
@@ -82,12 +84,14 @@ def evaluate(
     stop: StopContext | None = None,
     rerun_missing: bool = True,
     defer: Callable[[list[tuple[str, int, int]]], None] | None = None,
+    pool: SlotPool | None = None,
 ) -> list[dict[str, Any]] | None:
     """Run the job's missing slots (module docstring); returns the latest row of every slot.
 
     ``defer`` (the cluster): instead of running the slots still to run, hand them as
     ``(task, trial, attempt)`` to ``defer`` and return ``None``; the caller calls again once they
     are stored (the early stop and the re-run are decided here, from the stored rows, either way).
+    ``pool``: the round's shared trial slots (then ``parallel`` is not used).
     """
     order = slot_order(job.task_ids, job.k, job.order_seed)
     rows = store.trials(job.evolve, job.t, job.candidate)
@@ -112,12 +116,15 @@ def evaluate(
             rows.append(row)
 
     def run_all(slots: Sequence[tuple[str, int]], attempt: int) -> None:
+        if pool is not None:
+            pool.map(lambda s: one(s, attempt), list(slots), TRIAL)
+            return
         if parallel <= 1 or len(slots) <= 1:
             for s in slots:
                 one(s, attempt)
             return
-        with ThreadPoolExecutor(max_workers=min(parallel, len(slots))) as pool:
-            list(pool.map(lambda s: one(s, attempt), slots))
+        with ThreadPoolExecutor(max_workers=min(parallel, len(slots))) as ex:
+            list(ex.map(lambda s: one(s, attempt), slots))
 
     if any(r["status"] == "cancelled" for r in rows):
         return latest_rows(rows)

@@ -1,0 +1,96 @@
+"""The trial slots of one round (docs/algorithm/evolve.md#evaluation): ``eval_parallel × trial_parallel``
+threads shared by every evaluation of the round, filled as each trial ends (never in waves).
+
+A job waiting for a slot is taken by priority first (lower first), then in submission order: smoke
+trials (:data:`SMOKE`) gate their candidate's evaluation, so they go before evaluation trials
+(:data:`TRIAL`) that are already queued. Which slot runs which trial never changes a decision (trial rows
+are keyed by their slot; the early stop is decided from stored rows).
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import itertools
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from types import TracebackType
+from typing import Any, TypeVar
+
+__all__ = ["SMOKE", "TRIAL", "SlotPool"]
+
+SMOKE = 0
+"""Priority of a smoke trial (it gates the rest of its candidate's evaluation)."""
+TRIAL = 1
+"""Priority of an evaluation trial (a candidate's, the baseline's, the held-out split's)."""
+R = TypeVar("R")
+
+
+class SlotPool:
+    """``size`` worker threads taking jobs by ``(priority, submission order)``. Use as a context manager:
+    leaving it waits for every submitted job."""
+
+    def __init__(self, size: int, name: str = "rsi-trial") -> None:
+        if size < 1:
+            raise ValueError(f"size: must be >= 1, got {size}")
+        self.size = size
+        self._heap: list[tuple[int, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._cv = threading.Condition()
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(size)
+        ]
+        for th in self._threads:
+            th.start()
+
+    def submit(self, fn: Callable[[], R], priority: int = TRIAL) -> Future[R]:
+        """Run ``fn`` on the next free slot; its result or exception arrives in the returned future."""
+        fut: Future[R] = Future()
+
+        def job() -> None:
+            if not fut.set_running_or_notify_cancel():
+                return
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # handed to the waiter, never lost in the worker
+                fut.set_exception(exc)
+
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("slot pool closed")
+            heapq.heappush(self._heap, (priority, next(self._seq), job))
+            self._cv.notify()
+        return fut
+
+    def map(self, fn: Callable[[Any], R], items: list[Any], priority: int = TRIAL) -> list[R]:
+        """``fn`` over ``items`` on the pool; results in input order (the first exception is raised)."""
+        futures = [self.submit(functools.partial(fn, x), priority) for x in items]
+        return [f.result() for f in futures]
+
+    def _work(self) -> None:
+        while True:
+            with self._cv:
+                while not self._heap and not self._closed:
+                    self._cv.wait()
+                if not self._heap:
+                    return
+                _, _, job = heapq.heappop(self._heap)
+            job()
+
+    def close(self) -> None:
+        """Let the queued jobs finish, then stop the threads."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        for th in self._threads:
+            th.join()
+
+    def __enter__(self) -> SlotPool:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
