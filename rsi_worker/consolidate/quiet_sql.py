@@ -57,7 +57,7 @@ def statements(dialect: str) -> QuietStatements:
     """The statements for ``dialect`` (``conn.dialect.name``), built on the first call."""
     agent_id = sa.bindparam("agent_id", type_=sa.String())
     at_fence = sa.select(_R.c.id).where(_R.c.agent_id == agent_id,
-                                        _R.c.fence == sa.bindparam("fence", type_=sa.Integer())).exists()
+                                        _R.c.fence == sa.bindparam("fence", type_=_R.c.fence.type)).exists()
     agent = sa.select(_A.c.frozen, _A.c.current_version, _A.c.applied_fence, _A.c.state,
                       at_fence.label("opened")).where(_A.c.id == agent_id)
     cols = [c for c in WORLD_HEAD_COLUMNS if c.key != "signals"] + [
@@ -65,10 +65,11 @@ def statements(dialect: str) -> QuietStatements:
     pool = (sa.select(*cols).where(WorldRow.agent_id == agent_id, WorldRow.tainted.is_(False))
             .order_by(WorldRow.clock.desc(), WorldRow.seq.desc(), WorldRow.id.desc())
             .limit(sa.bindparam("n", type_=sa.Integer())))
-    fence = sa.bindparam("new_fence", type_=sa.Integer())
+    fence = sa.bindparam("new_fence", type_=_A.c.applied_fence.type)
     state = sa.bindparam("state", type_=JSONType)
     mine = _A.c.id == agent_id
-    swap = sa.update(_A).where(mine, _A.c.applied_fence == sa.bindparam("expected", type_=sa.Integer()))
+    expected = sa.bindparam("expected", type_=_A.c.applied_fence.type)
+    swap = sa.update(_A).where(mine, _A.c.applied_fence == expected)
     merge = sa.update(_A).where(mine)
     relock = sa.select(_A.c.applied_fence, _A.c.state).where(mine).with_for_update()
     insert = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(_R)
