@@ -162,6 +162,10 @@ def ingest_rows(reports: list[dict[str, Any]]) -> list[tuple[str, str, str, str,
     rows = []
     by = {r["backend"]: r for r in reports}
     stm = "; ".join(f"{b} {r['runs'][0]['sql_statements_per_call']}" for b, r in by.items())
+    trips = [f"{b} {r['runs'][0]['sql_round_trips_per_call']}" for b, r in by.items()
+             if "sql_round_trips_per_call" in r["runs"][0]]
+    if trips:  # BEGIN/COMMIT and the pool's ping are counted here, on both backends alike
+        stm += " (round trips with BEGIN, COMMIT and the pool's ping: " + "; ".join(trips) + ")"
     rows.append(
         (
             "`record_turn`, SQL statements per call",
