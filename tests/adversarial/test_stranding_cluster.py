@@ -49,6 +49,14 @@ def clean(server: RedisServer) -> tuple[set[str], set[str]]:
         client.close()
 
 
+def wait_clean(cluster: Cluster, server: RedisServer) -> None:
+    """Wait until only the agent's fence is left in Redis. A run's row is written before its lease
+    is released (never the other way round, or another run could start first), so a test that saw
+    the row finished while the workers run must wait for the release."""
+    cluster.wait_for("the last run's lease to be released",
+                     lambda: clean(server) == ({fence_key(A)}, set()), 30)
+
+
 def test_a_poison_row_on_real_workers_is_skipped_and_the_agent_goes_on(
     tmp_path: Path, redis_srv: RedisServer, db_url: str
 ) -> None:
@@ -64,7 +72,7 @@ def test_a_poison_row_on_real_workers_is_skipped_and_the_agent_goes_on(
         reason = (first.result or {})["skipped_worlds"][wid]
         assert reason.startswith("signals.comment: lone surrogate U+D800") and "bad" not in reason
         assert (rerun.io_id, rerun.status) == (later, "recorded")
-        assert clean(redis_srv) == ({fence_key(A)}, set())
+        wait_clean(cluster, redis_srv)
         nxt = stack.say(A, "c3", GOOD, signals={"stars": 5})  # the agent's next good turn
         trigger(stack, str(nxt.world["io_id"]), redis_srv)  # type: ignore[index]
         runs = cluster.finished(A, n=3)
@@ -113,7 +121,7 @@ def test_a_consolidate_task_that_raises_on_a_worker_never_strands_the_agent(
                                 "state format 'rsi-state/99' (this code reads rsi-consolidation-state/1)"}
         assert (rerun.io_id, rerun.status) == (later, "failed")
         assert rerun.reason == "the run failed: StoredDataError"
-        assert clean(redis_srv) == ({fence_key(A)}, set())
+        wait_clean(cluster, redis_srv)
         with stack.engine.begin() as conn:
             conn.execute(sa.update(AgentRow).where(AgentRow.id == A).values(state={}))
         nxt = stack.say(A, "c3", GOOD, signals={"stars": 5})
