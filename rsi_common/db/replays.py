@@ -72,21 +72,33 @@ def save_replay_row(
     Raises:
         InvalidInput: unknown status or source, negative trial.
     """
+    values = _trial_values(run_id, candidate, world_id, trial, status, reward, weight, tokens, result,
+                           source)
+    created = _insert_if_absent(session, values)
+    row = get_replay_row(session, run_id, candidate, world_id, trial)
+    assert row is not None
+    return row, created
+
+
+def _trial_values(run_id: str, candidate: str, world_id: str, trial: int, status: str, reward: float,
+                  weight: float, tokens: int | None, result: Mapping[str, Any] | None, source: str
+                  ) -> dict[str, Any]:
+    """The checked column values of one trial row.
+
+    Raises:
+        InvalidInput: unknown status or source, negative trial.
+    """
     if status not in get_args(ReplayStatus):
         raise InvalidInput(f"replay status must be one of {get_args(ReplayStatus)}, got {status!r}")
     if source not in get_args(ReplaySource):
         raise InvalidInput(f"replay source must be one of {get_args(ReplaySource)}, got {source!r}")
     if trial < 0:
         raise InvalidInput("trial must be >= 0")
-    values: dict[str, Any] = {
+    return {
         "run_id": run_id, "candidate": candidate, "world_id": world_id, "trial": trial,
         "source": source, "status": status, "reward": float(reward), "weight": float(weight),
         "tokens": tokens, "result": dict(result) if result is not None else None,
     }
-    created = _insert_if_absent(session, values)
-    row = get_replay_row(session, run_id, candidate, world_id, trial)
-    assert row is not None
-    return row, created
 
 
 def _insert_if_absent(session: Session, values: Mapping[str, Any]) -> bool:
@@ -130,18 +142,9 @@ def store_trial(
     Raises:
         InvalidInput: unknown status or source, negative trial.
     """
-    if status not in get_args(ReplayStatus):
-        raise InvalidInput(f"replay status must be one of {get_args(ReplayStatus)}, got {status!r}")
-    if source not in get_args(ReplaySource):
-        raise InvalidInput(f"replay source must be one of {get_args(ReplaySource)}, got {source!r}")
-    if trial < 0:
-        raise InvalidInput("trial must be >= 0")
-    body = dict(result) if result is not None else None
-    values: dict[str, Any] = {
-        "run_id": run_id, "candidate": candidate, "world_id": world_id, "trial": trial,
-        "source": source, "status": status, "reward": float(reward), "weight": float(weight),
-        "tokens": tokens, "result": body,
-    }
+    values = _trial_values(run_id, candidate, world_id, trial, status, reward, weight, tokens, result,
+                           source)
+    body = values["result"]
     if _insert_if_absent(session, values):
         return {k: values[k] for k in ("candidate", "world_id", "trial", "source", "status", "reward",
                                        "weight", "tokens")} | {"result": dict(body or {})}, True

@@ -15,10 +15,12 @@ The two cluster rows of the R11 table (1,000 concurrent children on 2 × 64 thre
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import tempfile
 import time
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +67,11 @@ def _pct(xs: list[float], q: float) -> float:
     return ys[min(len(ys) - 1, int(q * len(ys)))]
 
 
-def bench_runtime(n: int = 200) -> dict[str, Any]:
-    """Measure the spawn call and spawn → first model request, ``n`` each (module docstring)."""
-    with tempfile.TemporaryDirectory(prefix="rsi-bench-runtime-") as tmp:
+@contextlib.contextmanager
+def private_client(prefix: str) -> Iterator[RsiClient]:
+    """An :class:`RsiClient` on a private, migrated PostgreSQL and redis-server (a recording
+    dispatcher: nothing is sent to a broker); the servers stop and their files go on exit."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         pg = PostgresServer(Path(tmp) / "pg").start()
         rs = RedisServer(Path(tmp) / "redis").start()
         try:
@@ -76,12 +80,18 @@ def bench_runtime(n: int = 200) -> dict[str, Any]:
                                dispatcher=RecordingDispatcher())
             upgrade(client.engine)
             try:
-                return _measure(client, n)
+                yield client
             finally:
                 client.close()
         finally:
             rs.stop()
             pg.stop()
+
+
+def bench_runtime(n: int = 200) -> dict[str, Any]:
+    """Measure the spawn call and spawn → first model request, ``n`` each (module docstring)."""
+    with private_client("rsi-bench-runtime-") as client:
+        return _measure(client, n)
 
 
 def _measure(client: RsiClient, n: int) -> dict[str, Any]:

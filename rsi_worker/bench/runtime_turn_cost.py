@@ -24,30 +24,25 @@ from __future__ import annotations
 import json
 import re
 import statistics
-import tempfile
 import threading
 import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import redis
 from sqlalchemy import event
 
 from rsi_common.client import RsiClient
-from rsi_common.config import RuntimeParams, Settings
-from rsi_common.db import upgrade
-from rsi_common.dispatch import RecordingDispatcher
+from rsi_common.config import RuntimeParams
 from rsi_common.llm import ModelRequest, ModelResponse, Usage
 from rsi_common.runtime import attempts, turns
 from rsi_common.runtime.caps import resolve_caps
 from rsi_common.runtime.subagents import SpawnRequest, SpecEntry, spawn
 from rsi_common.runtime.tree import AgentProfile, register
 from rsi_common.runtime.turns import TurnEnv, run_session_turn
-from rsi_worker.local.servers import PostgresServer, RedisServer
+from rsi_worker.bench.runtime import private_client
 
 __all__ = ["TurnCounter", "bench_turn_cost", "statement_table"]
 
@@ -268,21 +263,8 @@ class TurnCounter:
 
 def bench_turn_cost(n: int = 50) -> dict[str, Any]:
     """Count ``n`` child turns (module docstring); returns per-turn figures."""
-    with tempfile.TemporaryDirectory(prefix="rsi-bench-turncost-") as tmp:
-        pg = PostgresServer(Path(tmp) / "pg").start()
-        rs = RedisServer(Path(tmp) / "redis").start()
-        try:
-            settings = Settings(database_url=pg.url, redis_url=rs.url, home=Path(tmp) / "home")
-            client = RsiClient(settings, redis=redis.Redis.from_url(rs.client_url),
-                               dispatcher=RecordingDispatcher())
-            upgrade(client.engine)
-            try:
-                return _count(client, n)
-            finally:
-                client.close()
-        finally:
-            rs.stop()
-            pg.stop()
+    with private_client("rsi-bench-turncost-") as client:
+        return _count(client, n)
 
 
 def _count(client: RsiClient, n: int, warm: int = 3) -> dict[str, Any]:
