@@ -231,6 +231,21 @@ end
 return 0
 """
 
+# KEYS: lease, agent's spend, cluster's spend. ARGV: token, lease_ms.
+# -> {renewed (1/0), agent tokens, cluster tokens} (a spend key never written reads as nil), or
+# {renewed} alone when the spend read failed (MGET reads a key of another type as nil, as ``spend``):
+# renew and spend in one EVALSHA.
+_RENEW_SPEND = """
+local renewed = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  renewed = 1
+end
+local spent = redis.pcall('MGET', KEYS[2], KEYS[3])
+if type(spent) == 'table' and spent.err then return {renewed} end
+return {renewed, spent[1], spent[2]}
+"""
+
 # KEYS: lease, pending, fence, pending_refine. ARGV: token, new_token, lease_ms.
 # -> {-1} lost, {0} released, {1, io, fence} handed to the re-run (a waiting refine first).
 _FINISH = _NEXT_FENCE + """
@@ -415,6 +430,7 @@ class Coordinator:
         self.margin = float(margin)
         self._try_begin = client.register_script(_TRY_BEGIN)
         self._renew = client.register_script(_RENEW)
+        self._renew_spend = client.register_script(_RENEW_SPEND)
         self._spend_add = client.register_script(_SPEND_ADD)
         self._finish = client.register_script(_FINISH)
         self._begin_pending = client.register_script(_BEGIN_PENDING)
@@ -454,23 +470,22 @@ class Coordinator:
         return bool(self._renew(keys=[lease_key(lease.agent)], args=[lease.token, self.lease_ms]))
 
     def renew_and_spend(self, lease: Lease, day: str) -> tuple[bool, tuple[int, int] | None]:
-        """:meth:`renew` and :meth:`spend` of ``(lease.agent, day)`` in one round trip (a pipeline,
-        not a transaction): ``(renewed, (agent, cluster) tokens)``; the spend is ``None`` when its
-        read failed alone (the caller goes on as with an unreadable spend).
+        """:meth:`renew` and :meth:`spend` of ``(lease.agent, day)`` in one round trip (one script,
+        ``EVALSHA``: a pipeline of a script asks ``SCRIPT EXISTS`` first, a round trip more):
+        ``(renewed, (agent, cluster) tokens)``; the spend is ``None`` when its read failed alone
+        (the caller goes on as with an unreadable spend).
 
         Raises:
-            redis errors: the round trip failed, or the renewal's reply is an error (as :meth:`renew`).
+            redis errors: the round trip failed, or the script's reply is an error (as :meth:`renew`).
+            ValueError: a spend counter holds no integer (as :meth:`spend`).
         """
-        pipe = self.client.pipeline(transaction=False)
-        self._renew(keys=[lease_key(lease.agent)], args=[lease.token, self.lease_ms], client=pipe)
-        pipe.mget([spend_key(day, lease.agent), spend_key(day)])
-        renewed, spent = pipe.execute(raise_on_error=False)
-        if isinstance(renewed, Exception):
-            raise renewed
-        if isinstance(spent, Exception) or not isinstance(spent, list) or len(spent) != 2:
-            return bool(renewed), None
-        a, c = spent
-        return bool(renewed), (int(_text(a) if a is not None else 0), int(_text(c) if c is not None else 0))
+        reply = self._renew_spend(keys=[lease_key(lease.agent), spend_key(day, lease.agent), spend_key(day)],
+                                  args=[lease.token, self.lease_ms])
+        renewed = bool(reply[0])
+        if len(reply) != 3:
+            return renewed, None
+        a, c = reply[1], reply[2]
+        return renewed, (int(_text(a) if a is not None else 0), int(_text(c) if c is not None else 0))
 
     def renew_for_trial(self, lease: Lease, run: str, cand: str | None, day: str | None
                         ) -> tuple[bool, bool, tuple[int, int] | None]:

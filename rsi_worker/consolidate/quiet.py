@@ -36,6 +36,7 @@ once per process (:func:`_scored`): the steady run reads the agent and the pool 
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +56,7 @@ from rsi_worker.consolidate.opening import (
     _policy,
 )
 from rsi_worker.consolidate.outcome import Next
-from rsi_worker.consolidate.quiet_sql import statements
+from rsi_worker.consolidate.quiet_sql import run, statements
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.signals import checks_for, unread_pairs
 from rsi_worker.consolidate.spend import renew_over_cap, spend_summary
@@ -100,16 +101,16 @@ def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CO
     params = deps.params
     ctx = RoundContext(run_id=new_run_id(), agent_id=lease.agent, fence=lease.fence, token=lease.token,
                        io_id=lease.io, early_stop=params.early_stop)
-    sql = statements(_engine(deps).dialect.name)
     with _engine(deps).connect().execution_options(sqlite_begin="DEFERRED") as conn, conn.begin():
-        row = conn.execute(sql.agent, {"agent_id": lease.agent, "fence": lease.fence}).one_or_none()
+        found, as_text = run(conn, "agent", {"agent_id": lease.agent, "fence": lease.fence})
+        row = found.one_or_none()
         if row is None or row.frozen or row.opened or int(row.applied_fence) >= lease.fence:
             return None
         try:
-            state = ConsolidationState.from_json(row.state)
-        except StoredDataError:
+            state = ConsolidationState.from_json(_stored_json(row.state) if as_text else row.state)
+        except (StoredDataError, ValueError):  # an unreadable state: the full path reports it
             return None
-        heads = conn.execute(sql.pool, {"agent_id": lease.agent, "n": max(0, params.world_pool)})
+        heads, _ = run(conn, "pool", {"agent_id": lease.agent, "n": max(0, params.world_pool)})
         pool = WorldPool(conn, list(heads))
         worlds = pool.usable()
         if not worlds:
@@ -133,6 +134,16 @@ def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CO
     nxt.quiet = QuietRun(state.to_json() if state.set_seen(ctx.digests, ctx.loaded) else None,
                          int(row.applied_fence), kind, t0)
     return nxt
+
+
+def _stored_json(text: str | None) -> Any:
+    """A JSON column read as its text (driver SQL, :func:`quiet_sql.run`): the value Core's result
+    processor gives (``None`` for SQL ``NULL``).
+
+    Raises:
+        ValueError: not JSON (Core's processor raises the same).
+    """
+    return None if text is None else json.loads(text)
 
 
 def _survey_stored(ctx: RoundContext, state: ConsolidationState,
@@ -199,8 +210,8 @@ def record(deps: Deps, nxt: Next) -> ConsolidationResult | None:
     with _engine(deps).connect() as conn, conn.begin() as txn:
         keys = {"agent_id": ctx.agent_id, "new_fence": ctx.fence}
         # a key named like a column is SET by an UPDATE: ``state`` only where it changes
-        swapped = conn.execute(sql.swap, {**keys, "expected": q.applied_fence}).rowcount if state is None \
-            else conn.execute(sql.swap_state, {**keys, "expected": q.applied_fence, "state": state}).rowcount
+        swapped = run(conn, "swap", {**keys, "expected": q.applied_fence})[0].rowcount if state is None \
+            else run(conn, "swap_state", {**keys, "expected": q.applied_fence, "state": state})[0].rowcount
         if not swapped:  # written meanwhile (rare): re-read under the lock
             fresh = conn.execute(sql.relock, keys).one()
             if int(fresh.applied_fence) >= ctx.fence:
@@ -211,10 +222,10 @@ def record(deps: Deps, nxt: Next) -> ConsolidationResult | None:
                     conn.execute(sql.merge_state, {**keys, "state": state})
         result.state = state if result.status != "interrupted" else None
         result.seconds = time.monotonic() - q.t0
-        inserted = conn.execute(sql.insert, {
+        inserted = run(conn, "insert", {
             **keys, "run_id": ctx.run_id, "kind": q.kind, "io_id": ctx.io_id, "status": result.status,
             "reason": result.reason, "start_version": ctx.start_version, "params": ctx.to_json(),
-            "result": result.summary()}).rowcount
+            "result": result.summary()})[0].rowcount
         if not inserted:
             txn.rollback()
             return None

@@ -16,22 +16,32 @@ compiled SQL is found in the engine's cache. They run on a plain :class:`~sqlalc
 * ``merge``: the unconditional update after a re-read under the lock;
 * ``relock``: the agent's ``applied_fence`` and ``state`` re-read under the lock;
 * ``insert``: the finished run row, ``ON CONFLICT (agent_id, fence) DO NOTHING``.
+
+The steady statements (:data:`PLAIN`: the two reads, the compare-and-swap, the insert) run as driver
+SQL compiled once per engine dialect where the dialect has positional parameters (SQLite;
+:mod:`rsi_common.db.plain_sql`, as the record path's): no compile-cache lookup, no typed result. Their
+rows then come back as the driver returns them — ``0``/``1`` for a boolean, a JSON column as its
+text (:func:`run` says which); the Core constructs run otherwise (PostgreSQL).
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, CursorResult, Dialect
 
 from rsi_common.db.models import AgentRow, RunRow, WorldRow
+from rsi_common.db.plain_sql import PlainStatement, plain
 from rsi_common.db.sqltypes import JSONType, db_now
 from rsi_common.db.worlds import WORLD_HEAD_COLUMNS
 
-__all__ = ["QuietStatements", "statements"]
+__all__ = ["PLAIN", "QuietStatements", "run", "statements"]
 
 _A: sa.Table = AgentRow.__table__  # type: ignore[assignment]
 _R: sa.Table = RunRow.__table__  # type: ignore[assignment]
@@ -90,3 +100,30 @@ def statements(dialect: str) -> QuietStatements:
         merge_state=merge.values(applied_fence=fence, state=state, updated_at=now),
         relock=relock, insert=row,
     )
+
+
+PLAIN = ("agent", "pool", "swap", "swap_state", "insert")
+"""The statements of every quiet run, run as compiled driver SQL where the dialect allows."""
+
+_plain_cache: weakref.WeakKeyDictionary[Dialect, dict[str, PlainStatement]] = weakref.WeakKeyDictionary()
+
+
+def _plain_statements(dialect: Dialect) -> dict[str, PlainStatement]:
+    """The :data:`PLAIN` statements compiled for this engine's dialect (its JSON serialiser included);
+    empty for a dialect without positional parameters (PostgreSQL: Core runs them)."""
+    found = _plain_cache.get(dialect)
+    if found is None:
+        st = statements(dialect.name)
+        compiled = {name: plain(getattr(st, name), dialect) for name in PLAIN}
+        found = {k: v for k, v in compiled.items() if v is not None}
+        _plain_cache[dialect] = found
+    return found
+
+
+def run(conn: Connection, name: str, params: Mapping[str, Any]) -> tuple[CursorResult[Any], bool]:
+    """Run the statement ``name`` of :class:`QuietStatements` with ``params``; returns its result and
+    whether it ran as driver SQL (its rows then hold a JSON column as text, a boolean as ``0``/``1``)."""
+    fast = _plain_statements(conn.dialect).get(name)
+    if fast is not None:
+        return fast.run(conn, params), True
+    return conn.execute(getattr(statements(conn.dialect.name), name), dict(params)), False

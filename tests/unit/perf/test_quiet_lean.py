@@ -1,0 +1,99 @@
+"""The quiet run's lean round trips (docs/performance/consolidation.md#the-no-signal-path): the lease
+renewal and the spend read in one script call (one Redis command, no ``SCRIPT EXISTS``), and the
+steady statements as driver SQL on SQLite with the rows Core gives."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fakeredis
+import pytest
+import sqlalchemy as sa
+
+from rsi_common.config import Settings
+from rsi_common.coord import Coordinator, Lease, spend_key
+from rsi_common.db.models import AgentRow
+from rsi_worker.consolidate import flow, quiet, quiet_sql
+from rsi_worker.consolidate.spend import today
+from tests.support.pipeline import Stack
+
+REQUEST = "Compare laptops: use search query=laptops"
+
+
+class _Counting(fakeredis.FakeRedis):
+    """A fake Redis client that counts the commands it sends (one each: no pipeline here)."""
+
+    sent: list[str]
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.sent.append(str(args[0]))
+        return super().execute_command(*args, **options)
+
+
+def test_renew_and_spend_is_one_command_with_the_answers_of_renew_and_spend() -> None:
+    client = _Counting(server=fakeredis.FakeServer())
+    client.sent = []
+    coord = Coordinator(client, lease_s=30)
+    lease = coord.try_begin("a", "io-1")
+    assert lease is not None
+    day = today()
+    coord.renew_and_spend(lease, day)  # loads the script once (NOSCRIPT → SCRIPT LOAD)
+    client.sent.clear()
+    coord.spend_add("a", 7, day)
+    client.sent.clear()
+    assert coord.renew_and_spend(lease, day) == (True, (7, 7))
+    assert client.sent == ["EVALSHA"]
+    assert coord.renew_and_spend(Lease("a", "other", lease.fence, "io-1"), day) == (False, (7, 7))
+    client.delete(spend_key(day))
+    client.rpush(spend_key(day), "x")  # a counter of another type reads as none, as in ``spend``
+    assert coord.renew_and_spend(lease, day) == (True, coord.spend("a", day)) == (True, (7, 0))
+    client.delete(spend_key(day))
+    client.set(spend_key(day), "not a number")
+    with pytest.raises(ValueError):  # as ``spend``
+        coord.renew_and_spend(lease, day)
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    s = Stack(Settings(database_url=f"sqlite:///{tmp_path / 'rsi.db'}", model_backoff_s=0))
+    yield s
+    s.close()
+
+
+def test_driver_sql_rows_equal_core_rows(stack: Stack) -> None:
+    """The agent read and the pool read give, as driver SQL, Core's values (JSON as text, booleans
+    as 0/1 aside); the insert and the swap run as driver SQL."""
+    stack.say("shop", "c1", REQUEST, {"stars": 5})
+    stack.say("shop", "c2", REQUEST)
+    assert set(quiet_sql.PLAIN) <= set(quiet_sql._plain_statements(stack.engine.dialect))
+    st = quiet_sql.statements("sqlite")
+    args = {"agent_id": "shop", "fence": 1, "n": 60}
+    with stack.engine.connect() as conn:
+        plain_agent, as_text = quiet_sql.run(conn, "agent", args)
+        core_agent = conn.execute(st.agent, args).one()
+        plain_pool = [tuple(r) for r in quiet_sql.run(conn, "pool", args)[0]]
+        core_pool = [tuple(r) for r in conn.execute(st.pool, args)]
+    a = plain_agent.one()
+    assert as_text and isinstance(a.state, str)
+    assert quiet._stored_json(a.state) == core_agent.state
+    assert (bool(a.frozen), a.current_version, a.applied_fence, bool(a.opened)) == (
+        core_agent.frozen, core_agent.current_version, core_agent.applied_fence, core_agent.opened)
+    assert len(plain_pool) == len(core_pool) == 2
+    for p, c in zip(plain_pool, core_pool, strict=True):
+        assert [bool(x) if isinstance(y, bool) else x for x, y in zip(p, c, strict=True)] == list(c)
+
+
+def test_an_unreadable_state_text_sends_the_run_to_the_full_path(stack: Stack) -> None:
+    turn = stack.say("shop", "c1", REQUEST)
+    lease = stack.lease("shop", turn.world["io_id"] if turn.world else "")
+    with stack.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE rsi_agents SET state = '{not json' WHERE id = 'shop'"))
+    assert quiet.decide(stack.deps, lease) is None
+    with stack.engine.begin() as conn:
+        conn.execute(sa.update(AgentRow).where(AgentRow.id == "shop").values(state={}))
+    nxt = quiet.decide(stack.deps, lease)
+    assert nxt is not None and nxt.quiet is not None
+    written, rerun = flow.close(stack.deps, nxt)
+    assert written is not None and written.status == "recorded" and rerun is None
