@@ -7,8 +7,9 @@ not on every call (about a quarter of the run's CPU when each call built its own
 compiled SQL is found in the engine's cache. They run on a plain :class:`~sqlalchemy.engine.Connection`
 (no ORM session: nothing is flushed, nothing is tracked).
 
-* ``agent``: ``frozen``, ``current_version``, ``applied_fence``, ``state`` of ``:agent_id`` and whether a
-  run row exists at ``:fence`` (one statement);
+* ``agent``: ``frozen``, ``current_version``, ``applied_fence``, ``state`` (as its stored JSON text,
+  undecoded: ``quiet._state`` decodes a text once per process) of ``:agent_id`` and whether a run row
+  exists at ``:fence`` (one statement);
 * ``pool``: the ``:n`` latest untainted worlds of ``:agent_id`` without their record, ``signals`` as its
   stored text — the rows and order of ``rsi_common.db.load_latest_heads(..., signals_text=True)``;
 * ``swap`` / ``swap_state``: the fenced compare-and-swap on the agent (``applied_fence = :fence``
@@ -20,8 +21,8 @@ compiled SQL is found in the engine's cache. They run on a plain :class:`~sqlalc
 The steady statements (:data:`PLAIN`: the two reads, the compare-and-swap, the insert) run as driver
 SQL compiled once per engine dialect where the dialect has positional parameters (SQLite;
 :mod:`rsi_common.db.plain_sql`, as the record path's): no compile-cache lookup, no typed result. Their
-rows then come back as the driver returns them — ``0``/``1`` for a boolean, a JSON column as its
-text (:func:`run` says which); the Core constructs run otherwise (PostgreSQL).
+rows then come back as the driver returns them (``0``/``1`` for a boolean: callers convert); the Core
+constructs run otherwise (PostgreSQL).
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ def statements(dialect: str) -> QuietStatements:
     agent_id = sa.bindparam("agent_id", type_=sa.String())
     at_fence = sa.select(_R.c.id).where(_R.c.agent_id == agent_id,
                                         _R.c.fence == sa.bindparam("fence", type_=_R.c.fence.type)).exists()
-    agent = sa.select(_A.c.frozen, _A.c.current_version, _A.c.applied_fence, _A.c.state,
-                      at_fence.label("opened")).where(_A.c.id == agent_id)
+    agent = sa.select(_A.c.frozen, _A.c.current_version, _A.c.applied_fence,
+                      sa.cast(_A.c.state, sa.Text).label("state"), at_fence.label("opened")
+                      ).where(_A.c.id == agent_id)
     cols = [c for c in WORLD_HEAD_COLUMNS if c.key != "signals"] + [
         sa.cast(WorldRow.signals, sa.Text).label("signals")]
     pool = (sa.select(*cols).where(WorldRow.agent_id == agent_id, WorldRow.tainted.is_(False))
@@ -120,10 +122,10 @@ def _plain_statements(dialect: Dialect) -> dict[str, PlainStatement]:
     return found
 
 
-def run(conn: Connection, name: str, params: Mapping[str, Any]) -> tuple[CursorResult[Any], bool]:
-    """Run the statement ``name`` of :class:`QuietStatements` with ``params``; returns its result and
-    whether it ran as driver SQL (its rows then hold a JSON column as text, a boolean as ``0``/``1``)."""
+def run(conn: Connection, name: str, params: Mapping[str, Any]) -> CursorResult[Any]:
+    """Run the statement ``name`` of :class:`QuietStatements` with ``params``: as driver SQL where
+    compiled (its rows then hold a boolean as ``0``/``1``), else the Core construct."""
     fast = _plain_statements(conn.dialect).get(name)
     if fast is not None:
-        return fast.run(conn, params), True
-    return conn.execute(getattr(statements(conn.dialect.name), name), dict(params)), False
+        return fast.run(conn, params)
+    return conn.execute(getattr(statements(conn.dialect.name), name), dict(params))

@@ -1,9 +1,11 @@
 """The quiet run's lean round trips (docs/performance/consolidation.md#the-no-signal-path): the lease
 renewal and the spend read in one script call (one Redis command, no ``SCRIPT EXISTS``), and the
-steady statements as driver SQL on SQLite with the rows Core gives."""
+steady statements as driver SQL on SQLite with the rows Core gives, the state decoded once per
+process."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,8 +17,10 @@ import sqlalchemy as sa
 from rsi_common.config import Settings
 from rsi_common.coord import Coordinator, Lease, spend_key
 from rsi_common.db.models import AgentRow
+from rsi_common.stored import StoredDataError
 from rsi_worker.consolidate import flow, quiet, quiet_sql
 from rsi_worker.consolidate.spend import today
+from rsi_worker.consolidate.state import ConsolidationState
 from tests.support.pipeline import Stack
 
 REQUEST = "Compare laptops: use search query=laptops"
@@ -63,26 +67,38 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
 
 
 def test_driver_sql_rows_equal_core_rows(stack: Stack) -> None:
-    """The agent read and the pool read give, as driver SQL, Core's values (JSON as text, booleans
-    as 0/1 aside); the insert and the swap run as driver SQL."""
+    """The agent read and the pool read give, as driver SQL, Core's values (booleans as 0/1 aside);
+    the insert and the swap run as driver SQL."""
     stack.say("shop", "c1", REQUEST, {"stars": 5})
     stack.say("shop", "c2", REQUEST)
     assert set(quiet_sql.PLAIN) <= set(quiet_sql._plain_statements(stack.engine.dialect))
     st = quiet_sql.statements("sqlite")
     args = {"agent_id": "shop", "fence": 1, "n": 60}
     with stack.engine.connect() as conn:
-        plain_agent, as_text = quiet_sql.run(conn, "agent", args)
-        core_agent = conn.execute(st.agent, args).one()
-        plain_pool = [tuple(r) for r in quiet_sql.run(conn, "pool", args)[0]]
-        core_pool = [tuple(r) for r in conn.execute(st.pool, args)]
-    a = plain_agent.one()
-    assert as_text and isinstance(a.state, str)
-    assert quiet._stored_json(a.state) == core_agent.state
-    assert (bool(a.frozen), a.current_version, a.applied_fence, bool(a.opened)) == (
-        core_agent.frozen, core_agent.current_version, core_agent.applied_fence, core_agent.opened)
-    assert len(plain_pool) == len(core_pool) == 2
-    for p, c in zip(plain_pool, core_pool, strict=True):
+        plain = [tuple(quiet_sql.run(conn, "agent", args).one()), *quiet_sql.run(conn, "pool", args)]
+        core = [tuple(conn.execute(st.agent, args).one()), *conn.execute(st.pool, args)]
+    assert len(plain) == len(core) == 3 and isinstance(plain[0][3], str)  # the state as its text
+    for p, c in zip(plain, core, strict=True):
         assert [bool(x) if isinstance(y, bool) else x for x, y in zip(p, c, strict=True)] == list(c)
+
+
+def test_the_state_memo_answers_as_decoding_afresh() -> None:
+    """A state text decoded once per process: the same state as ``from_json``, a working copy whose
+    ``set_seen`` leaves the remembered one as it was; a new text is decoded again; a bad one raises
+    and is not remembered."""
+    quiet._STATES.clear()
+    text = json.dumps({"t": 3, "seen": {"w1": "d1"}})
+    first = quiet._state("a", text)
+    assert first == ConsolidationState.from_json(json.loads(text)) and first.t == 3
+    assert first.set_seen({"w2": "d2"}, ["w1", "w2"]) and first.seen == {"w1": "d1", "w2": "d2"}
+    again = quiet._state("a", text)
+    assert again.seen == {"w1": "d1"} and again is not first
+    assert quiet._state("a", json.dumps({"t": 4})).t == 4
+    assert quiet._state("a", None) == ConsolidationState.from_json(None)
+    for bad in ("{not json", json.dumps({"t": "x"})):
+        with pytest.raises((StoredDataError, ValueError)):
+            quiet._state("b", bad)
+        assert "b" not in quiet._STATES
 
 
 def test_an_unreadable_state_text_sends_the_run_to_the_full_path(stack: Stack) -> None:
