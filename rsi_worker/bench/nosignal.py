@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -41,7 +42,7 @@ from rsi_worker.consolidate.flow import close
 from rsi_worker.jobs.scenario import CORRECTION, conversation_turn, next_history
 from rsi_worker.runtime import Runtime
 
-__all__ = ["Sample", "bench_no_signal", "bench_no_signal_private", "series"]
+__all__ = ["RoundTrips", "Sample", "bench_no_signal", "bench_no_signal_private", "series"]
 
 AGENT = "quiet"
 TOPICS = ("laptops", "phones", "headphones", "monitors", "tablets", "cameras")
@@ -86,11 +87,47 @@ Sample = tuple[float, float, str, int, float]
 """One run: ``(open_run s, finalize s, status, signal reader calls, CPU s of the task's thread)``."""
 
 
-def _one(rt: Runtime, deps: Deps, io: str) -> Sample:
-    """One run for ``io`` (:data:`Sample`)."""
+class RoundTrips:
+    """Requests this thread sends to Redis while counting (``with RoundTrips() as trips:``,
+    ``trips.n``): each ``send_packed_command`` of a redis-py connection is one round trip — a single
+    command, a script call, or a whole pipeline (whose ``SCRIPT EXISTS`` check is a send of its own).
+    Counted on the client, so the commands a script runs inside the server are not counted, nor
+    other threads' (the harness listener, the checkpointer)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._thread = threading.get_ident()
+        self._orig: Any = None
+
+    def __enter__(self) -> RoundTrips:
+        from redis.connection import AbstractConnection
+
+        orig: Any = AbstractConnection.send_packed_command
+        self._orig = orig
+        counter = self
+
+        def counted(conn: Any, *args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() == counter._thread:
+                counter.n += 1
+            return orig(conn, *args, **kwargs)
+
+        setattr(AbstractConnection, "send_packed_command", counted)  # noqa: B010 (a method, patched)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from redis.connection import AbstractConnection
+
+        setattr(AbstractConnection, "send_packed_command", self._orig)  # noqa: B010
+
+
+def _one(rt: Runtime, deps: Deps, io: str, trips: RoundTrips | None = None,
+         per_run: list[int] | None = None) -> Sample:
+    """One run for ``io`` (:data:`Sample`); with ``trips`` (counting), its Redis round trips are
+    appended to ``per_run`` (the untimed lease's ``try_begin`` left out)."""
     lease = rt.coord.try_begin(AGENT, io)
     if lease is None:
         raise RuntimeError(f"the lease of {AGENT} is held")
+    sent = trips.n if trips is not None else 0
     cpu = time.thread_time()
     t0 = time.perf_counter()
     nxt = open_run(deps, lease)
@@ -100,6 +137,8 @@ def _one(rt: Runtime, deps: Deps, io: str) -> Sample:
     result, rerun = close(deps, nxt)
     t2 = time.perf_counter()
     cpu = time.thread_time() - cpu
+    if trips is not None and per_run is not None:
+        per_run.append(trips.n - sent)
     if result is None:
         raise RuntimeError("a no-signal run found its row written by another delivery")
     if rerun is not None:
@@ -160,7 +199,9 @@ def bench_no_signal(rt: Runtime, runs: int = 200, *, rounds: int = 3) -> dict[st
     Returns:
         ``{new: {...}, follow_up: {...}, <new's keys at the top level>, reasons, worlds, learned,
         state_bytes}``; each series ``{runs, median_ms, p99_ms, max_ms, open_median_ms,
-        finalize_median_ms, cpu_median_ms, signal_calls_per_run, statuses}``.
+        finalize_median_ms, cpu_median_ms, signal_calls_per_run, statuses, sql_statements_per_run,
+        sql_statements, redis_round_trips_per_run}`` (:class:`RoundTrips`, the untimed lease's
+        ``try_begin`` left out).
     """
     turns = _Turns(rt)
     learned = _learn(rt, turns, rounds)
@@ -173,22 +214,26 @@ def bench_no_signal(rt: Runtime, runs: int = 200, *, rounds: int = 3) -> dict[st
     follow_up: list[Sample] = []
     counter = StatementCounter(rt.engine)
     statements: dict[str, Counter[str]] = {"new": Counter(), "follow_up": Counter()}
+    redis: dict[str, list[int]] = {"new": [], "follow_up": []}
     try:
-        for i in range(max(1, runs)):  # alternate, so the follow-up's first turn is in the pool
-            io = turns.add()
-            counter.reset()
-            new.append(_one(rt, deps, io))
-            statements["new"].update(counter.kinds)
-            nxt = turns.add(follow_up=(io, FOLLOW_UP.format(topic=TOPICS[i % len(TOPICS)])))
-            counter.reset()
-            follow_up.append(_one(rt, deps, nxt))
-            statements["follow_up"].update(counter.kinds)
+        with RoundTrips() as trips:
+            for i in range(max(1, runs)):  # alternate, so the follow-up's first turn is in the pool
+                io = turns.add()
+                counter.reset()
+                new.append(_one(rt, deps, io, trips, redis["new"]))
+                statements["new"].update(counter.kinds)
+                nxt = turns.add(follow_up=(io, FOLLOW_UP.format(topic=TOPICS[i % len(TOPICS)])))
+                counter.reset()
+                follow_up.append(_one(rt, deps, nxt, trips, redis["follow_up"]))
+                statements["follow_up"].update(counter.kinds)
     finally:
         counter.close()
     n = len(new)
     return {
-        "new": {**series(new), **_per_run(statements["new"], n)},
-        "follow_up": {**series(follow_up), **_per_run(statements["follow_up"], n)},
+        "new": {**series(new), **_per_run(statements["new"], n),
+                "redis_round_trips_per_run": round(sum(redis["new"]) / n, 2)},
+        "follow_up": {**series(follow_up), **_per_run(statements["follow_up"], n),
+                      "redis_round_trips_per_run": round(sum(redis["follow_up"]) / n, 2)},
         **{k: series(new)[k] for k in ("runs", "median_ms", "p99_ms", "max_ms", "open_median_ms",
                                        "finalize_median_ms", "cpu_median_ms", "statuses")},
         "reasons": _reasons(rt, 2 * n),

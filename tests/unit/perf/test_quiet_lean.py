@@ -6,18 +6,21 @@ process."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import fakeredis
 import pytest
+import redis
 import sqlalchemy as sa
 
 from rsi_common.config import Settings
 from rsi_common.coord import Coordinator, Lease, spend_key
 from rsi_common.db.models import AgentRow
 from rsi_common.stored import StoredDataError
+from rsi_worker.bench.nosignal import RoundTrips
 from rsi_worker.consolidate import flow, quiet, quiet_sql
 from rsi_worker.consolidate.spend import today
 from rsi_worker.consolidate.state import ConsolidationState
@@ -113,3 +116,36 @@ def test_an_unreadable_state_text_sends_the_run_to_the_full_path(stack: Stack) -
     assert nxt is not None and nxt.quiet is not None
     written, rerun = flow.close(stack.deps, nxt)
     assert written is not None and written.status == "recorded" and rerun is None
+
+
+def test_round_trips_count_sends_of_this_thread(redis_srv: Any) -> None:
+    """The benchmark's Redis round-trip count (``bench.nosignal.RoundTrips``) on a real
+    redis-server: a command, a script call and a pipeline are one send each; a pipeline with a
+    script adds its ``SCRIPT EXISTS``; another thread's sends are not counted."""
+    client = redis.Redis.from_url(redis_srv.client_url)
+    coord = Coordinator(client, lease_s=30)
+    lease = coord.try_begin("a", "io-1")
+    assert lease is not None
+    coord.renew_and_spend(lease, today())  # the scripts loaded
+    coord.renew(lease)
+    with RoundTrips() as trips:
+        client.get("x")
+        assert trips.n == 1
+        coord.renew_and_spend(lease, today())
+        assert trips.n == 2
+        pipe = client.pipeline(transaction=False)
+        pipe.get("x")
+        pipe.get("y")
+        pipe.execute()
+        assert trips.n == 3
+        pipe = client.pipeline(transaction=False)
+        coord._renew(keys=["k"], args=["t", 1000], client=pipe)
+        pipe.execute()
+        assert trips.n == 5
+        other = threading.Thread(target=lambda: client.get("x"))
+        other.start()
+        other.join()
+        assert trips.n == 5
+    client.get("x")
+    assert trips.n == 5
+    client.close()
