@@ -30,8 +30,10 @@ The row is written once, at the end: ``started_at`` = ``finished_at`` (the datab
 task's own time is ``result.seconds``.
 
 Both transactions run on a plain connection of the engine with statements built once per dialect
-(:mod:`rsi_worker.consolidate.quiet_sql`), and whether an accepted world's answer is blank is read
-once per process (:func:`_scored`): the steady run reads the agent and the pool only.
+(:mod:`rsi_worker.consolidate.quiet_sql`; driver SQL on SQLite), whether an accepted world's answer is
+blank is read once per process (:func:`_scored`) and a state text is decoded once per process
+(:func:`_state`): the steady run reads the agent and the pool only. The lease renewal and the spend
+read are one Redis script call (``spend.renew_over_cap``), the lease's ``finish`` the other.
 """
 
 from __future__ import annotations
