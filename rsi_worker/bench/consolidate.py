@@ -26,10 +26,11 @@ Measured from the stored run (never from timing asserts in tests):
    A trial's policy calls are the ``steps`` of its replay (0 for a ``recorded``/``cached`` trial, which
    reuses an answer); its judge calls come from the row's usage. The phases of one run are strictly
    sequential (open → incumbent chord → analysis → draft-and-trials chord → judge), so no schedule
-   on any number of threads beats CP. The **capacity bound** additionally charges each fan-out
-   phase ``max(its longest chain, Σ its calls / threads)`` — the bound for the cluster's
-   ``workers × concurrency`` threads; reported beside CP (``capacity_over_cp``), since with more
-   trials than threads no schedule reaches CP.
+   on any number of threads beats CP. The **capacity bound** additionally charges the incumbent
+   fan-out ``max(its longest trial, Σ its calls / threads)`` and the draft-and-trials fan-out
+   :func:`released_bound` (a candidate's trials start no sooner than its own draft ends) — the bound
+   for the cluster's ``workers × concurrency`` threads; reported beside CP (``capacity_over_cp``),
+   since with more trials than threads no schedule reaches CP.
 3. ``wall / CP`` (target ≤ 1.15) and ``wall / capacity bound``.
 4. The same consolidation in one process (``consolidate_inline`` with a ``ThreadExecutor`` of the
    cluster's total threads, ``workers × concurrency``) on an identically seeded agent, and

@@ -257,10 +257,11 @@ def _candidates(events: Sequence[Mapping[str, Any]], members: Sequence[Mapping[s
 
 
 def bench_timeline(*, threads: int = 16, latency_ms: float = 200.0, home: Path | None = None,
-                   wave_s: float | None = None) -> dict[str, Any]:
+                   wave_s: float | None = None, warm: bool = False) -> dict[str, Any]:
     """Seed the benchmark's agent, run one consolidation in this process with the timeline recorded,
     and attribute its wall (:func:`attribute`). ``wave_s``: ``early_stop_wave_s`` (``None``: the
-    default; 0 turns waves off).
+    default; 0 turns waves off). ``warm``: first run the same consolidation, unrecorded, for another
+    agent on the same runtime (a worker's steady state: statements compiled, memos filled).
 
     Returns:
         ``{run, threads, latency_ms, critical_path, attribution, events}`` (events: seconds after the
@@ -289,6 +290,12 @@ def bench_timeline(*, threads: int = 16, latency_ms: float = 200.0, home: Path |
         models = cast("ModelFactory", timed_models(bench_models(settings), rec))
         rt = open_runtime(settings, migrate=True, models=models)
         stack.callback(rt.close)
+        if warm:
+            seed_agent(rt.sessions, rt.settings, "warm")
+            first = rt.coord.try_begin("warm", _latest_io(rt, "warm"))
+            if first is None:
+                raise RuntimeError("the lease of the warm-up agent is held")
+            consolidate_inline(rt.deps, first, ThreadExecutor(threads))
         seed_agent(rt.sessions, rt.settings, "timed")
         lease = rt.coord.try_begin("timed", _latest_io(rt, "timed"))
         if lease is None:
@@ -307,7 +314,7 @@ def bench_timeline(*, threads: int = 16, latency_ms: float = 200.0, home: Path |
     cp = critical_path(params, rows, drafts, latency_ms, threads)
     events = sorted(rec.events, key=lambda e: e["t0"])
     return {"run": {"status": status, "winner": rnd.get("winner"), "trials": len(rows)},
-            "threads": threads, "latency_ms": latency_ms, "critical_path": cp,
+            "threads": threads, "warm": warm, "latency_ms": latency_ms, "critical_path": cp,
             "attribution": attribute(events, cp["segments_calls"], latency_ms, threads),
             "events": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in e.items()
                         if k != "thread"} for e in events]}
