@@ -58,11 +58,16 @@ class ThreadExecutor:
 def _first_wave(deps: Deps, ctx: RoundContext, slots: Sequence[Any]) -> int:
     """How many of a candidate's follow-on ``slots`` (plan order) go to the pool at once: its first
     wave (``waves.first_wave``, from the bound in Redis), or all of them when waves are off, early stop
-    is off, or no bound is stored (docs/performance/consolidation.md#trial-order)."""
+    is off, or no bound can be read (the trials then decide alone, as on the cluster;
+    docs/performance/consolidation.md#trial-order)."""
     if (not slots or not ctx.early_stop or deps.params.early_stop_wave_s <= 0
             or not isinstance(slots[0], TrialSlot) or slots[0].candidate == INCUMBENT):
         return len(slots)
-    bounds, _ = deps.coord.bound_progress(ctx.run_id, slots[0].candidate)
+    try:
+        bounds, _ = deps.coord.bound_progress(ctx.run_id, slots[0].candidate)
+    except Exception as exc:  # a member never raises; neither does its launch
+        log.warning("run %s: no wave for %s: %s", ctx.run_id, slots[0].candidate, type(exc).__name__)
+        return len(slots)
     return len(slots) if bounds is None else first_wave(slots, ctx.checks, bounds, deps.coord.margin)
 
 

@@ -77,3 +77,36 @@ def test_a_release_that_raises_still_marks_the_gate() -> None:
     with pytest.raises(RuntimeError):
         g.done(PASSED)
     assert g.fired.is_set() and g.released
+
+
+def test_the_inline_driver_sizes_the_first_wave_from_the_bound() -> None:
+    from types import SimpleNamespace
+
+    from rsi_common.coord import Bounds
+    from rsi_worker.consolidate.evaluate import plan_candidate
+    from rsi_worker.consolidate.inline import _first_wave
+    from rsi_worker.consolidate.waves import first_wave
+
+    checks = {"w1": [1, 2, 3], "w2": [1, 2], "w3": [1], "w4": [1]}
+    slots = plan_candidate("B", list(checks), 2, checks=checks)
+    bounds = Bounds(0, 0, 14, S_star=0.75, delta=0.05, S_t=0.75)
+
+    def deps(read: Any, wave_s: float = 30.0) -> Any:
+        return SimpleNamespace(params=SimpleNamespace(early_stop_wave_s=wave_s),
+                               coord=SimpleNamespace(bound_progress=read, margin=1e-9))
+
+    def boom(*_: Any) -> Any:
+        raise ConnectionError("redis down")
+
+    ctx = SimpleNamespace(run_id="r", early_stop=True, checks=checks)
+    wave = first_wave(slots, checks, bounds, 1e-9)
+    assert 0 < wave < len(slots)
+    assert _first_wave(deps(lambda *_: (bounds, 0)), ctx, slots) == wave  # type: ignore[arg-type]
+    # every slot at once: waves off, early stop off, no bound, an unreadable bound, the incumbent
+    assert _first_wave(deps(lambda *_: (bounds, 0), 0.0), ctx, slots) == len(slots)  # type: ignore[arg-type]
+    off = SimpleNamespace(run_id="r", early_stop=False, checks=checks)
+    assert _first_wave(deps(lambda *_: (bounds, 0)), off, slots) == len(slots)  # type: ignore[arg-type]
+    assert _first_wave(deps(lambda *_: (None, 0)), ctx, slots) == len(slots)  # type: ignore[arg-type]
+    assert _first_wave(deps(boom), ctx, slots) == len(slots)  # type: ignore[arg-type]
+    inc = plan_candidate("incumbent", list(checks), 2, checks=checks)
+    assert _first_wave(deps(lambda *_: (bounds, 0)), ctx, inc) == len(inc)  # type: ignore[arg-type]
