@@ -26,10 +26,11 @@ Measured from the stored run (never from timing asserts in tests):
    A trial's policy calls are the ``steps`` of its replay (0 for a ``recorded``/``cached`` trial, which
    reuses an answer); its judge calls come from the row's usage. The phases of one run are strictly
    sequential (open → incumbent chord → analysis → draft-and-trials chord → judge), so no schedule
-   on any number of threads beats CP. The **capacity bound** additionally charges each fan-out
-   phase ``max(its longest chain, Σ its calls / threads)`` — the bound for the cluster's
-   ``workers × concurrency`` threads; reported beside CP (``capacity_over_cp``), since with more
-   trials than threads no schedule reaches CP.
+   on any number of threads beats CP. The **capacity bound** additionally charges the incumbent
+   fan-out ``max(its longest trial, Σ its calls / threads)`` and the draft-and-trials fan-out
+   :func:`released_bound` (a candidate's trials start no sooner than its own draft ends) — the bound
+   for the cluster's ``workers × concurrency`` threads; reported beside CP (``capacity_over_cp``),
+   since with more trials than threads no schedule reaches CP.
 3. ``wall / CP`` (target ≤ 1.15) and ``wall / capacity bound``.
 4. The same consolidation in one process (``consolidate_inline`` with a ``ThreadExecutor`` of the
    cluster's total threads, ``workers × concurrency``) on an identically seeded agent, and
@@ -74,7 +75,7 @@ from rsi_worker.consolidate.trials import row_json
 from rsi_worker.jobs.scenario import CORRECTION, conversation_turn, next_history
 from rsi_worker.runtime import Runtime, open_runtime
 
-__all__ = ["ConsolidateBench", "bench_consolidate", "critical_path", "seed_agent"]
+__all__ = ["ConsolidateBench", "bench_consolidate", "critical_path", "released_bound", "seed_agent"]
 
 FACTORY = "rsi_worker.bench.models:bench_models"
 TOPICS = ("laptops", "phones", "headphones", "monitors", "tablets", "cameras", "laptops", "phones")
@@ -184,12 +185,9 @@ def critical_path(params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
         "candidate_trial": longest[chain] if chain is not None else 0,
     }
     n = max(1, threads)
-
-    def phase(members: Sequence[int], floor: int) -> float:
-        return max(floor, sum(members) / n)
-
-    capacity = (segments["signal"] + segments["analyst"] + phase(inc, max(inc, default=0))
-                + phase([*draft.values(), *cand], segments["draft"] + segments["candidate_trial"]))
+    work = {v: sum(sum(_trial_calls(r)) for r in rows if r["candidate"] == v) for v in draft}
+    capacity = (segments["signal"] + segments["analyst"] + max(max(inc, default=0), sum(inc) / n)
+                + released_bound(draft, work, segments["draft"] + segments["candidate_trial"], n))
     total = sum(segments.values())
     return {
         "segments_calls": segments,
@@ -202,6 +200,23 @@ def critical_path(params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
         "all_calls": {"incumbent_trials": sum(inc), "candidate_trials": sum(cand),
                       "drafts": sum(draft.values())},
     }
+
+
+def released_bound(drafts: Mapping[str, int], trial_calls: Mapping[str, int], chain: int,
+                   threads: int) -> float:
+    """Lower bound, in calls, of the draft-and-trials fan-out on ``threads`` threads: ``chain`` (the
+    slowest draft-then-trial chain) and, for each draft's end ``τ = d_c``, ``τ + W(τ) / threads`` with
+    ``W(τ)`` the work no schedule can start before ``τ`` — the trial calls of every candidate whose
+    draft ends at or after ``τ`` (its trials need its draft: ``launch_candidate``) plus what is left of
+    the drafts still running. ``τ = 0`` is the plain work bound ``Σ calls / threads``.
+    (docs/performance/consolidation.md#rsi-bench-consolidate)"""
+    n = max(1, threads)
+    best = float(chain)
+    for tau in {0, *drafts.values()}:
+        left = sum(trial_calls.get(v, 0) for v, d in drafts.items() if d >= tau)
+        left += sum(d - tau for d in drafts.values() if d > tau)
+        best = max(best, tau + left / n)
+    return best
 
 
 def failures_to_stop(params: Mapping[str, Any], k: int) -> dict[str, Any]:

@@ -124,12 +124,24 @@ def bench_consolidate_cmd(
                                             "the cluster's total threads)."),
     no_signal_runs: int = typer.Option(200, "--no-signal-runs", min=1, help="Timed no-signal runs."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    timeline: bool = typer.Option(False, "--timeline",
+                                  help="Only the timeline of one in-process run with the same threads: "
+                                       "every model call, member and step on a clock, and where the "
+                                       "wall went against the critical path."),
 ) -> None:
     """One consolidation on a private cluster (2 workers × 8 threads, W=8, k=2, m=2) against its
     critical path and capacity bound; the single-process run with as many threads; early stop of a
     hopeless candidate on two world mixes with its ceiling; no-signal task time, new conversation and
     follow-up turn (docs/performance/consolidation.md)."""
 
+    if timeline:
+        from rsi_worker.bench.timeline import bench_timeline
+
+        out = bench_timeline(threads=inline_threads or workers * concurrency, latency_ms=latency_ms)
+        if not as_json:
+            out = {k: v for k, v in out.items() if k != "events"}
+        typer.echo(json.dumps(out, indent=2, default=str))
+        return
     from rsi_worker.bench.consolidate import ConsolidateBench, bench_consolidate
 
     cfg = ConsolidateBench(latency_ms=latency_ms, workers=workers, concurrency=concurrency,

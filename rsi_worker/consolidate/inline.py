@@ -8,16 +8,19 @@ go through a :class:`TrialExecutor` (a thread pool by default) instead of chords
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
 from typing import Any, Protocol, TypeVar
 
 from rsi_common.coord import Lease
 from rsi_worker.consolidate import flow
-from rsi_worker.consolidate.context import Deps
+from rsi_worker.consolidate.context import Deps, RoundContext
+from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot
 from rsi_worker.consolidate.opening import KIND_CONSOLIDATE
 from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.result import ConsolidationResult
+from rsi_worker.consolidate.waves import WaveGate, first_wave
 
 __all__ = ["NotOpened", "SerialExecutor", "ThreadExecutor", "TrialExecutor", "consolidate_inline", "run_once"]
 
@@ -52,9 +55,29 @@ class ThreadExecutor:
             return list(pool.map(fn, items))
 
 
-def _fan_out(deps: Deps, edge: flow.Edge, run_id: str, items: Sequence[Any], executor: TrialExecutor) -> None:
+def _first_wave(deps: Deps, ctx: RoundContext, slots: Sequence[Any]) -> int:
+    """How many of a candidate's follow-on ``slots`` (plan order) go to the pool at once: its first
+    wave (``waves.first_wave``, from the bound in Redis), or all of them when waves are off, early stop
+    is off, or no bound can be read (the trials then decide alone, as on the cluster;
+    docs/performance/consolidation.md#trial-order)."""
+    if (not slots or not ctx.early_stop or deps.params.early_stop_wave_s <= 0
+            or not isinstance(slots[0], TrialSlot) or slots[0].candidate == INCUMBENT):
+        return len(slots)
+    try:
+        bounds, _ = deps.coord.bound_progress(ctx.run_id, slots[0].candidate)
+    except Exception as exc:  # a member never raises; neither does its launch
+        log.warning("run %s: no wave for %s: %s", ctx.run_id, slots[0].candidate, type(exc).__name__)
+        return len(slots)
+    return len(slots) if bounds is None else first_wave(slots, ctx.checks, bounds, deps.coord.margin)
+
+
+def _fan_out(deps: Deps, edge: flow.Edge, ctx: RoundContext, items: Sequence[Any],
+             executor: TrialExecutor) -> None:
     """Run an edge's members and, as soon as each returns, its follow-on members (a passed draft's
-    trials) on the same pool: the shape of the cluster's draft chord (docs/architecture.md)."""
+    trials) on the same pool: the shape of the cluster's draft chord (docs/architecture.md). A
+    candidate's second wave is handed to the pool when its first wave releases it (``WaveGate``), so
+    it holds no thread while it waits."""
+    run_id = ctx.run_id
     members = edge.members
     assert members is not None
     follow = flow.FOLLOWS.get(members)
@@ -76,9 +99,34 @@ def _fan_out(deps: Deps, edge: flow.Edge, run_id: str, items: Sequence[Any], exe
     with ThreadPoolExecutor(max_workers=executor.parallel) as pool:
         firsts = [pool.submit(member, item) for item in items]
         followers: list[Future[dict[str, Any]]] = []
+        later: list[Future[dict[str, Any]]] = []
+        gates: list[WaveGate] = []
+        lock = threading.Lock()
+
+        def submit_all(rest: Sequence[Any]) -> Callable[[], None]:
+            def release() -> None:
+                with lock:
+                    later.extend(pool.submit(follower, x) for x in rest)
+            return release
+
+        def returned(gate: WaveGate) -> Callable[[Future[dict[str, Any]]], None]:
+            return lambda f: gate.done(None if f.exception() is not None else f.result())
+
         for done in as_completed(firsts):
-            followers += [pool.submit(follower, x) for x in flow.follow_on(members, done.result())]
+            slots = flow.follow_on(members, done.result())
+            n = _first_wave(deps, ctx, slots)
+            first = [pool.submit(follower, x) for x in slots[:n]]
+            followers += first
+            if n < len(slots):
+                gates.append(WaveGate(len(first), submit_all(slots[n:])))
+                for f in first:
+                    f.add_done_callback(returned(gates[-1]))
         wait(followers)
+        for gate in gates:  # every first wave returned: each gate released (its callback may still run)
+            gate.fired.wait()
+        with lock:
+            second = list(later)
+        wait(second)
 
 
 def _advance(deps: Deps, nxt: Next, executor: TrialExecutor) -> Next:
@@ -87,7 +135,7 @@ def _advance(deps: Deps, nxt: Next, executor: TrialExecutor) -> Next:
     assert found is not None
     run_id = nxt.ctx.run_id
     if found.members is not None:
-        _fan_out(deps, found, run_id, flow.items(nxt, found.members), executor)
+        _fan_out(deps, found, nxt.ctx, flow.items(nxt, found.members), executor)
     return flow.run_step(deps, found.then, run_id)
 
 

@@ -18,10 +18,16 @@ What is decided never changes: the exact bound is order-free and a waiting trial
 exactly as it would be at its turn (``tests/unit/math/test_early_stop_invariant.py``). The price is
 latency for a candidate that is neither hopeless nor passing in its first wave: its second wave starts
 one trial later.
+
+**A waiting trial holds no thread in one process** (:class:`WaveGate`): the inline driver hands a
+candidate's second wave to its pool only when a first-wave result releases it (a criterion passed, the
+candidate cancelled, or every first-wave trial returned), so another candidate's trials take the
+threads meanwhile. The released trials still call :func:`await_first_wave`, which then returns at once.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -30,7 +36,7 @@ from rsi_common.coord import Bounds
 from rsi_common.math.bounds import can_stop_exactly
 from rsi_worker.consolidate.evaluate import TrialSlot
 
-__all__ = ["WAVE_POLL_S", "WAVE_WAIT_S", "await_first_wave", "first_wave"]
+__all__ = ["WAVE_POLL_S", "WAVE_WAIT_S", "WaveGate", "await_first_wave", "first_wave", "releases"]
 
 WAVE_WAIT_S = 30.0
 """Longest wait of a second-wave trial for its first wave."""
@@ -81,3 +87,43 @@ def await_first_wave(slot: TrialSlot, plan: Sequence[Mapping[str, Any]], checks:
             return False
         time.sleep(poll_s)
         bounds, counted = read()
+
+
+def releases(result: Mapping[str, Any]) -> bool:
+    """Whether one first-wave trial's result releases its candidate's second wave on its own: it
+    passed a criterion (``ok`` with ``passed`` > 0: not hopeless) or found the candidate cancelled."""
+    if result.get("status") == "cancelled":
+        return True
+    passed = (result.get("result") or {}).get("passed") if result.get("status") == "ok" else 0
+    return isinstance(passed, int) and passed > 0
+
+
+class WaveGate:
+    """Releases a candidate's second wave once (module docstring): call :meth:`done` with each of the
+    ``first`` first-wave results; ``release`` runs at the first result that :func:`releases`, or at the
+    last result. Thread-safe; ``release`` runs outside the lock, in the thread of that result."""
+
+    def __init__(self, first: int, release: Callable[[], None]) -> None:
+        self.left, self.release, self.released = first, release, False
+        self.fired = threading.Event()
+        """Set once ``release`` has returned (or raised)."""
+        self._lock = threading.Lock()
+        if first <= 0:
+            self.released = True
+            self._fire()
+
+    def _fire(self) -> None:
+        try:
+            self.release()
+        finally:
+            self.fired.set()
+
+    def done(self, result: Mapping[str, Any] | None) -> None:
+        """One first-wave trial returned ``result`` (``None``: it raised — counted, releases nothing)."""
+        with self._lock:
+            self.left -= 1
+            go = not self.released and (self.left <= 0 or (result is not None and releases(result)))
+            if go:
+                self.released = True
+        if go:
+            self._fire()

@@ -23,6 +23,7 @@ Two rules read it:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,10 @@ SPAN_TOKENS = 6
 """Consecutive normalised tokens an added text may not share with untrusted text."""
 MIN_DIGITS = 4
 """Digits of the shortest digit run that counts as an identifier."""
+MEMO_TEXTS = 256
+"""Texts whose tokens and identifiers each process remembers (a pure function of the text: the
+round's trusted texts and worlds repeat from one draft and one run to the next;
+docs/performance/consolidation.md#what-bounds-what-is-left)."""
 COMMON_ACRONYMS = frozenset(
     [
         "csv",
@@ -162,6 +167,21 @@ def identifiers(text: str) -> set[str]:
     return out
 
 
+@functools.lru_cache(maxsize=MEMO_TEXTS)
+def _token_texts(text: str) -> tuple[str, ...]:
+    return tuple(t.text for t in tokens(text))
+
+
+@functools.lru_cache(maxsize=MEMO_TEXTS)
+def _words(text: str) -> frozenset[str]:
+    return frozenset(_token_texts(text))
+
+
+@functools.lru_cache(maxsize=MEMO_TEXTS)
+def _identifiers(text: str) -> frozenset[str]:
+    return frozenset(identifiers(text))
+
+
 @dataclass(frozen=True)
 class Span:
     """A shared span: ``text`` is the slice of the *added* text that repeats untrusted text."""
@@ -184,11 +204,13 @@ class UntrustedIndex:
         self, texts: Sequence[str], trusted: Iterable[str] = (), span_tokens: int = SPAN_TOKENS
     ) -> None:
         self.span_tokens = span_tokens
-        self._texts = [[t.text for t in tokens(x)] for x in texts]
-        vocabulary = {t.text for x in trusted for t in tokens(x)}
+        self._texts = [list(_token_texts(x)) for x in texts]
+        vocabulary: set[str] = set()
+        for x in trusted:
+            vocabulary |= _words(x)
         found: set[str] = set()
         for x in texts:
-            found |= identifiers(x)
+            found |= _identifiers(x)
         self.identifiers = frozenset(i for i in found if i not in vocabulary)
 
     def shared_span(self, added: str) -> Span | None:
