@@ -1,14 +1,18 @@
 """The evolve run on the cluster (docs/algorithm/evolve.md#on-the-cluster): a chain of ``evolve_step``
-tasks, each fanning out its pending trials as a chord of ``evolve_trial`` tasks on the ``replay``
-queue whose body is the next ``evolve_step``.
+tasks, each fanning out its pending trials as ``evolve_trial`` tasks on the ``replay`` queue, joined
+in band: the trial that finds its batch complete in SQL sends the next ``evolve_step``
+(:mod:`rsi_worker.evolve.join`).
 
-    evolve_step ─► chord(evolve_trial × pending slots) ─► evolve_step ─► … ─► evolve_step (round judged)
+    evolve_step ─► evolve_trial × pending slots ─(joined in SQL)─► evolve_step ─► … ─► evolve_step (judged)
                 ─► evolve_step (next round) ─► … ─► done | stopped | failed
 
-No task waits on another. ``evolve_trial`` never raises (a chord member); its idempotency key is the
-trial row's ``(evolve, t, candidate, task, trial, attempt)``. ``evolve_step`` recomputes everything
-from stored rows (drafts, analyses and trials are stored as they are made), so a redelivered step
-decides the same and a killed worker's trials are simply run again by the next step.
+No task waits on another. ``evolve_trial`` never raises (its policy answers an error); its
+idempotency key is the trial row's ``(evolve, t, candidate, task, trial, attempt)``. ``evolve_step``
+recomputes everything from stored rows (drafts, analyses and trials are stored as they are made), so a
+redelivered step decides the same and a killed worker's trials are simply run again by the next step.
+A step sent by a join first claims its batch in Redis (``SET NX`` of :func:`join_key` with its task id):
+a second step sent for the same batch (two trials saw it complete, or a redelivered trial) stops; a
+redelivery of the claiming step (same task id) goes on.
 
 Every task carries the chain's lease (``agent``, ``token``, ``fence``, ``io``;
 :mod:`rsi_worker.cluster.evolve_watch`): it renews it when it starts (the heartbeat renews it while a
@@ -18,26 +22,48 @@ beating, and the new chain does the work. The step that ends the run releases th
 
 from __future__ import annotations
 
+import logging
+import uuid
 from typing import Any
 
-from celery import Celery, chord
+from celery import Celery, current_task, group
 
 from rsi_common.coord import Lease
 from rsi_common.dispatch import TASK_EVOLVE_STEP, TASK_EVOLVE_TRIAL, TASK_QUEUES
 from rsi_common.stored import error_record
-from rsi_worker.cluster.evolve_watch import lease_args, release, renewed
+from rsi_worker.cluster.evolve_watch import holder, lease_args, release, renewed
 from rsi_worker.cluster.middleware import Middleware, Policy, TaskCall, task
 from rsi_worker.cluster.worker import WorkerContext
 from rsi_worker.evolve.engine import EvolveEnv, run_step, run_trial_spec
+from rsi_worker.evolve.join import batch_of, joined
 
-__all__ = ["register_evolve", "step_signature"]
+__all__ = ["JOIN_TTL_S", "claim_join", "join_key", "register_evolve", "step_signature"]
+
+log = logging.getLogger(__name__)
+
+JOIN_TTL_S = 86_400
+"""How long a batch's claim is kept (far beyond any round; a late trial's step then still stops)."""
 
 
-def step_signature(app: Celery, name: str, lease: Lease | None = None) -> Any:
-    """The ``evolve_step`` of run ``name`` carrying ``lease`` (as a chord body it receives the
-    members' results first)."""
+def join_key(name: str, batch_id: str) -> str:
+    """The Redis key the step of a joined batch claims (``SET NX`` with its task id)."""
+    return f"rsi:{holder(name)}:join:{batch_id}"
+
+
+def claim_join(client: Any, name: str, batch_id: str, task_id: str) -> bool:
+    """Claim batch ``batch_id`` of run ``name`` for the step ``task_id``: true for the first step sent for
+    the batch and for a redelivery of it (the same task id), false for any other."""
+    key = join_key(name, batch_id)
+    if client.set(key, task_id, nx=True, ex=JOIN_TTL_S):
+        return True
+    claimed = client.get(key)
+    return (claimed.decode() if isinstance(claimed, bytes) else claimed) == task_id
+
+
+def step_signature(app: Celery, name: str, lease: Lease | None = None, join: str | None = None) -> Any:
+    """The ``evolve_step`` of run ``name`` carrying ``lease`` and, sent by a join, its batch id."""
     queue = TASK_QUEUES[TASK_EVOLVE_STEP]
-    return app.signature(TASK_EVOLVE_STEP, args=(name, *lease_args(lease)), queue=queue)
+    return app.signature(TASK_EVOLVE_STEP, args=([], name, *lease_args(lease), join), queue=queue)
 
 
 def _lease(agent: str | None, token: str | None, fence: int | None, io: str | None) -> Lease | None:
@@ -79,31 +105,43 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
         token: str | None = None,
         fence: int | None = None,
         io: str | None = None,
+        join: str | None = None,
     ) -> str:
-        """One step of the run (chain link and chord body). Idempotent: recomputed from stored rows.
-        A step whose lease is no longer held (a newer chain runs) stops before anything."""
+        """One step of the run. Idempotent: recomputed from stored rows. A step whose lease is no longer
+        held (a newer chain runs) stops before anything; so does a second step sent for one batch."""
         coord = ctx.runtime().coord
         lease = _lease(agent, token, fence, io)
         if not renewed(coord, lease):
             return "stale: lease lost"
+        if join is not None and not claim_join(coord.client, name, join, str(current_task.request.id or "")):
+            return "joined already"
         out = run_step(env(), name)
         if not renewed(coord, lease):
             return "stale: lease lost"
         if out.status == "pending":
+            batch = batch_of(out.pending)
             queue = TASK_QUEUES[TASK_EVOLVE_TRIAL]
-            header = [
-                app.signature(TASK_EVOLVE_TRIAL, args=(name, spec, *lease_args(lease)), queue=queue)
+            group(
+                app.signature(
+                    TASK_EVOLVE_TRIAL, args=(name, {**spec, "join": batch}, *lease_args(lease)), queue=queue
+                )
                 for spec in out.pending
-            ]
-            chord(header)(step_signature(app, name, lease))
-            return f"{len(header)} trials"
+            ).apply_async()
+            return f"{len(out.pending)} trials"
         if out.status == "running":
-            app.send_task(
-                TASK_EVOLVE_STEP, args=[[], name, *lease_args(lease)], queue=TASK_QUEUES[TASK_EVOLVE_STEP]
-            )
+            step_signature(app, name, lease).apply_async()
             return f"next step (t={out.t})"
         release(coord, lease)
         return out.status
+
+    def join_step(name: str, spec: dict[str, Any], lease: Lease | None) -> None:
+        """Send the next step when the trial's batch is complete in SQL (module docstring)."""
+        batch = spec.get("join")
+        if not batch:
+            return
+        key = spec.get("suite_key")
+        if joined(env().store, name, batch, str(key) if key else None):
+            step_signature(app, name, lease, str(batch["id"])).apply_async(task_id=uuid.uuid4().hex)
 
     @task(
         app,
@@ -122,8 +160,19 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
         fence: int | None = None,
         io: str | None = None,
     ) -> dict[str, Any]:
-        """One trial (chord member; never raises). Idempotency key: the trial row's slot and attempt.
-        A trial of a replaced chain (its lease lost) is not run."""
-        if not renewed(ctx.runtime().coord, _lease(agent, token, fence, io)):
+        """One trial (never raises). Idempotency key: the trial row's slot and attempt. A trial of a
+        replaced chain (its lease lost) is not run. Then the in-band join: the trial that finds its
+        batch complete sends the next step; a trial that failed sends it too (the step runs again what
+        is not stored, as a chord body would)."""
+        lease = _lease(agent, token, fence, io)
+        if not renewed(ctx.runtime().coord, lease):
             return {"status": "stale"}
-        return run_trial_spec(env(), name, spec)
+        try:
+            out = run_trial_spec(env(), name, spec)
+        except Exception as exc:
+            log.warning("evolve trial of %s failed: %s", name, type(exc).__name__)
+            if spec.get("join"):
+                step_signature(app, name, lease, str(spec["join"]["id"])).apply_async()
+            raise
+        join_step(name, spec, lease)
+        return out

@@ -60,6 +60,14 @@ class Store:
                 raise InvalidInput(f"unknown suite {name!r}")
             return validate_suite(row.spec)
 
+    def suite_spec(self, name: str) -> dict[str, Any]:
+        """The stored suite's JSON as stored (not validated again; :mod:`rsi_worker.evolve.memo`)."""
+        with self.sessions() as s:
+            row = db.get_suite(s, name)
+            if row is None:
+                raise InvalidInput(f"unknown suite {name!r}")
+            return dict(row.spec)
+
     # --- runs -----------------------------------------------------------------------------------
 
     def create(self, name: str, suite: str, config: EvolveConfig) -> None:
@@ -92,6 +100,10 @@ class Store:
                 row.stop_requested,
                 dict(row.state) if row.state is not None else None,
             )
+
+    def run_suite(self, name: str) -> str:
+        """The suite name of run ``name``. Raises ``InvalidInput`` for an unknown run."""
+        return self.run(name)[0]
 
     def set_run(
         self,
