@@ -23,6 +23,7 @@ beating, and the new chain does the work. The step that ends the run releases th
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -34,8 +35,9 @@ from rsi_common.stored import error_record
 from rsi_worker.cluster.evolve_watch import holder, lease_args, release, renewed
 from rsi_worker.cluster.middleware import Middleware, Policy, TaskCall, task
 from rsi_worker.cluster.worker import WorkerContext
-from rsi_worker.evolve.engine import EvolveEnv, run_step, run_trial_spec
+from rsi_worker.evolve.engine import EvolveEnv, RunOutcome, run_step, run_trial_spec
 from rsi_worker.evolve.join import batch_of, joined
+from rsi_worker.evolve.timeline import Timeline
 
 __all__ = ["JOIN_TTL_S", "claim_join", "join_key", "register_evolve", "step_signature"]
 
@@ -75,6 +77,8 @@ def _lease(agent: str | None, token: str | None, fence: int | None, io: str | No
 def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) -> None:
     """Register ``evolve_step`` and ``evolve_trial`` on ``app`` through the task wrapper ``chain``."""
 
+    timeline = Timeline(ctx.settings.home)
+
     def env() -> EvolveEnv:
         rt = ctx.runtime()
         return EvolveEnv(rt.sessions, rt.deps.models, ctx.settings)
@@ -109,21 +113,46 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
     ) -> str:
         """One step of the run. Idempotent: recomputed from stored rows. A step whose lease is no longer
         held (a newer chain runs) stops before anything; so does a second step sent for one batch."""
+        start = time.time()
         coord = ctx.runtime().coord
         lease = _lease(agent, token, fence, io)
         if not renewed(coord, lease):
             return "stale: lease lost"
         if join is not None and not claim_join(coord.client, name, join, str(current_task.request.id or "")):
             return "joined already"
-        out = run_step(env(), name)
+        claimed, step_env = time.time(), env()
+        out = run_step(step_env, name)
         if not renewed(coord, lease):
             return "stale: lease lost"
+        ran = time.time()
+        try:
+            return sent(name, out, lease)
+        finally:
+            timeline.record(
+                kind="step",
+                start=start,
+                claimed=claimed,
+                ran=ran,
+                end=time.time(),
+                t=next((pt for pt, p, _ in step_env.phases if p == "load"), out.t),  # the state's before
+                status=out.status,
+                trials=len(out.pending),
+                join=join is not None,
+                phases=[[pt, p, round(sec, 4)] for pt, p, sec in step_env.phases],
+            )
+
+    def sent(name: str, out: RunOutcome, lease: Lease | None) -> str:
+        """Send what follows a step's outcome: its trials, the next step, or nothing (the run ended)."""
+        coord = ctx.runtime().coord
         if out.status == "pending":
             batch = batch_of(out.pending)
             queue = TASK_QUEUES[TASK_EVOLVE_TRIAL]
             group(
                 app.signature(
-                    TASK_EVOLVE_TRIAL, args=(name, {**spec, "join": batch}, *lease_args(lease)), queue=queue
+                    TASK_EVOLVE_TRIAL,
+                    args=(name, {**spec, "join": batch}, *lease_args(lease)),
+                    queue=queue,
+                    ignore_result=True,  # joined in SQL: no chord reads the members' results
                 )
                 for spec in out.pending
             ).apply_async()
@@ -164,15 +193,29 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
         replaced chain (its lease lost) is not run. Then the in-band join: the trial that finds its
         batch complete sends the next step; a trial that failed sends it too (the step runs again what
         is not stored, as a chord body would)."""
+        start = time.time()
         lease = _lease(agent, token, fence, io)
         if not renewed(ctx.runtime().coord, lease):
             return {"status": "stale"}
+        marks: dict[str, float] = {}
         try:
-            out = run_trial_spec(env(), name, spec)
+            out = run_trial_spec(env(), name, spec, marks)
         except Exception as exc:
             log.warning("evolve trial of %s failed: %s", name, type(exc).__name__)
             if spec.get("join"):
                 step_signature(app, name, lease, str(spec["join"]["id"])).apply_async()
             raise
+        ran = time.time()
         join_step(name, spec, lease)
+        if timeline.on:
+            timeline.record(
+                kind="trial",
+                start=start,
+                **marks,
+                done=ran,
+                end=time.time(),
+                t=int(spec["t"]),
+                candidate=str(spec["candidate"]),
+                status=str(out.get("status")),
+            )
         return out

@@ -700,9 +700,11 @@ def run_step(env: EvolveEnv, name: str) -> RunOutcome:
     round, as far as the stored trials allow. Returns ``pending`` with the trial specs to fan out (the
     step runs again once they are stored), ``running`` after a finished baseline or round (the next
     step follows), or the run's final status. The stop request is not cleared here (the launch does)."""
+    t_load = time.perf_counter()
     run = _Run(env, name)
     run.deferred = []
     t = int((run.state or {}).get("t", 0))
+    env.phase(t if run.state is not None else -1, "load", time.perf_counter() - t_load)
     if run.status in ("done", "failed", "stopped"):
         return RunOutcome(run.status, t, 0, "not running")
     missing_worlds = [
@@ -735,12 +737,16 @@ def run_step(env: EvolveEnv, name: str) -> RunOutcome:
     return RunOutcome("running", int(run.state["t"]), 1)
 
 
-def run_trial_spec(env: EvolveEnv, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+def run_trial_spec(
+    env: EvolveEnv, name: str, spec: Mapping[str, Any], marks: dict[str, float] | None = None
+) -> dict[str, Any]:
     """One deferred trial on the cluster: skipped when its candidate's early stop already holds over
     the stored rows (cooperative early stop), else run and stored under its key (a second delivery
     finds the row and stores nothing). The run's suite and the draft's harness come from this process's
     memo (:mod:`rsi_worker.evolve.memo`): a trial reads its candidate's rows and writes its own, two
-    statements, when the memo holds them."""
+    statements, when the memo holds them. ``marks`` gets the wall clock (``time.time()``) after the
+    read (``read``), the trial (``ran``) and its row (``saved``) — the bench's timeline."""
+    marks = {} if marks is None else marks
     key = spec.get("suite_key")
     static = MEMO.static(env.sessions, name, str(key) if key else None)
     t, cand, task, trial, attempt = (
@@ -752,6 +758,7 @@ def run_trial_spec(env: EvolveEnv, name: str, spec: Mapping[str, Any]) -> dict[s
     )
     brief = {"candidate": cand, "task": task, "trial": trial, "attempt": attempt}
     rows = env.store.trials(name, t, cand)
+    marks["read"] = time.time()
     stored = [r for r in rows if r["world_id"] == task and r["trial"] == trial and r["attempt"] == attempt]
     if stored:
         return {**brief, "status": stored[0]["status"], "stored": True}
@@ -775,7 +782,9 @@ def run_trial_spec(env: EvolveEnv, name: str, spec: Mapping[str, Any]) -> dict[s
     retry = RetryPolicy.from_settings(env.settings)
     tenv = TrialEnv(static.suite, role, config.provider, config.model, static.worlds, retry)
     values = run_task(tenv, static.suite.task(task), harness, int(spec["seed"]))
+    marks["ran"] = time.time()
     row, _ = env.store.save_trial(name, t, cand, task, trial, attempt, values)
+    marks["saved"] = time.time()
     return {**brief, "status": row["status"]}
 
 

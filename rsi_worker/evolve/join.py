@@ -51,15 +51,10 @@ def batch_of(specs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def joined(store: Store, name: str, batch: Mapping[str, Any], suite_key: str | None = None) -> bool:
-    """Whether every slot of ``batch`` is resolved in SQL (module docstring): one read of the trial rows
-    per round the batch names."""
+    """Whether every slot of ``batch`` is resolved in SQL (module docstring): one read of the stored keys
+    (and, only while a slot is missing, of the rows of its candidate evaluated with an early stop)."""
     slots: list[Slot] = [(int(t), str(c), str(k), int(j), int(a)) for t, c, k, j, a in batch["slots"]]
-    rows = {t: store.trials(name, t) for t in sorted({s[0] for s in slots})}
-    stored = {
-        (t, str(r["candidate"]), str(r["world_id"]), int(r["trial"]), int(r["attempt"]))
-        for t in rows
-        for r in rows[t]
-    }
+    stored = store.trial_keys(name, sorted({s[0] for s in slots}))
     stops: Mapping[str, Sequence[Any]] = batch.get("stops") or {}
     rejected: dict[str, bool] = {}
     for slot in slots:
@@ -74,8 +69,7 @@ def joined(store: Store, name: str, batch: Mapping[str, Any], suite_key: str | N
             static = MEMO.static(store.sessions, name, suite_key)
             ids = static.heldout_ids if split == "heldout" else static.evolve_ids
             job = EvalJob(name, t, cand, tuple(ids), static.checks, int(k), static.config.seed)
-            mine = [r for r in rows[t] if r["candidate"] == cand]
-            A, B, R = bounds(job, mine)
+            A, B, R = bounds(job, store.trials(name, t, cand))
             rejected[key] = can_stop_exactly(A, B, R, float(S_star), float(delta), float(S_t))
         if not rejected[key]:
             return False
