@@ -11,8 +11,9 @@ Per round (the steps whose state ``t`` is the round's, and the trials they defer
 * ``hops_s``: each wait between one task's end and the next task's start on the round's critical
   path — step → its first trial, the trial that joined → the next step, step → next step;
 * ``trials``: their number, the wall from the first start to the last end, and per trial the mean
-  ``read`` (lease renewal, memo, the candidate's rows), ``run`` (the model calls), ``save`` (its row),
-  ``join`` (the batch's check and, for the last, sending the step) in seconds.
+  ``read`` (lease renewal, memo, the candidate's rows), ``run`` (the model calls), ``save`` (its row);
+  ``join``: per lane, the batch's check after its last trial (and, for the last lane, sending the
+  step), in seconds.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def round_timelines(path: Path) -> list[dict[str, Any]]:
     lines = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
     steps = sorted((x for x in lines if x["kind"] == "step"), key=lambda x: x["start"])
     trials = sorted((x for x in lines if x["kind"] == "trial"), key=lambda x: x["start"])
+    joins = [x for x in lines if x["kind"] == "join"]
     out = []
     for t in sorted({int(s["t"]) for s in steps if int(s["t"]) >= 0}):
         mine = [s for s in steps if int(s["t"]) == t and s["status"] != "joined already"]
@@ -69,7 +71,7 @@ def round_timelines(path: Path) -> list[dict[str, Any]]:
                     "read_s": _mean([x["read"] - x["start"] for x in rt if "read" in x]),
                     "run_s": _mean([x["ran"] - x["read"] for x in rt if "ran" in x]),
                     "save_s": _mean([x["saved"] - x["ran"] for x in rt if "saved" in x]),
-                    "join_s": _mean([x["end"] - x["done"] for x in rt]),
+                    "join_s": _mean([x["end"] - x["done"] for x in joins if first <= x["done"] <= last]),
                 },
             }
         )

@@ -37,6 +37,7 @@ from rsi_worker.cluster.middleware import Middleware, Policy, TaskCall, task
 from rsi_worker.cluster.worker import WorkerContext
 from rsi_worker.evolve.engine import EvolveEnv, RunOutcome, run_step, run_trial_spec
 from rsi_worker.evolve.join import batch_of, joined
+from rsi_worker.evolve.memo import MEMO
 from rsi_worker.evolve.timeline import Timeline
 
 __all__ = ["JOIN_TTL_S", "claim_join", "join_key", "register_evolve", "step_signature"]
@@ -145,31 +146,30 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
         """Send what follows a step's outcome: its trials, the next step, or nothing (the run ended)."""
         coord = ctx.runtime().coord
         if out.status == "pending":
-            batch = batch_of(out.pending)
+            batch, specs = batch_of(out.pending), out.pending
+            key = specs[0].get("suite_key")
+            config = MEMO.static(env().sessions, name, str(key) if key else None).config
+            n = max(1, min(len(specs), config.eval_parallel * config.trial_parallel))
             queue = TASK_QUEUES[TASK_EVOLVE_TRIAL]
             group(
                 app.signature(
                     TASK_EVOLVE_TRIAL,
-                    args=(name, {**spec, "join": batch}, *lease_args(lease)),
+                    args=(name, {"specs": specs[lane::n], "join": batch}, *lease_args(lease)),
                     queue=queue,
-                    ignore_result=True,  # joined in SQL: no chord reads the members' results
+                    ignore_result=True,  # joined in SQL: nothing reads the lanes' results
                 )
-                for spec in out.pending
+                for lane in range(n)
             ).apply_async()
-            return f"{len(out.pending)} trials"
+            return f"{len(specs)} trials in {n} lanes"
         if out.status == "running":
             step_signature(app, name, lease).apply_async()
             return f"next step (t={out.t})"
         release(coord, lease)
         return out.status
 
-    def join_step(name: str, spec: dict[str, Any], lease: Lease | None) -> None:
-        """Send the next step when the trial's batch is complete in SQL (module docstring)."""
-        batch = spec.get("join")
-        if not batch:
-            return
-        key = spec.get("suite_key")
-        if joined(env().store, name, batch, str(key) if key else None):
+    def join_step(name: str, batch: dict[str, Any] | None, key: str | None, lease: Lease | None) -> None:
+        """Send the next step when the batch is complete in SQL (module docstring)."""
+        if batch and joined(env().store, name, batch, key):
             step_signature(app, name, lease, str(batch["id"])).apply_async(task_id=uuid.uuid4().hex)
 
     @task(
@@ -189,33 +189,41 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
         fence: int | None = None,
         io: str | None = None,
     ) -> dict[str, Any]:
-        """One trial (never raises). Idempotency key: the trial row's slot and attempt. A trial of a
-        replaced chain (its lease lost) is not run. Then the in-band join: the trial that finds its
-        batch complete sends the next step; a trial that failed sends it too (the step runs again what
-        is not stored, as a chord body would)."""
-        start = time.time()
+        """A lane of trials, one after the other (``spec``: ``{specs, join}``), or one trial (a spec);
+        never raises. Idempotency key: each trial row's slot and attempt (a redelivered lane answers its
+        stored slots from their rows). A lane of a replaced chain (its lease lost) stops. Then the
+        in-band join: the lane that finds its batch complete sends the next step; a lane whose trial
+        failed sends it too (the step runs again what is not stored, as a chord body would)."""
         lease = _lease(agent, token, fence, io)
-        if not renewed(ctx.runtime().coord, lease):
-            return {"status": "stale"}
-        marks: dict[str, float] = {}
-        try:
-            out = run_trial_spec(env(), name, spec, marks)
-        except Exception as exc:
-            log.warning("evolve trial of %s failed: %s", name, type(exc).__name__)
-            if spec.get("join"):
-                step_signature(app, name, lease, str(spec["join"]["id"])).apply_async()
-            raise
-        ran = time.time()
-        join_step(name, spec, lease)
-        if timeline.on:
-            timeline.record(
-                kind="trial",
-                start=start,
-                **marks,
-                done=ran,
-                end=time.time(),
-                t=int(spec["t"]),
-                candidate=str(spec["candidate"]),
-                status=str(out.get("status")),
-            )
-        return out
+        specs: list[dict[str, Any]] = list(spec["specs"]) if "specs" in spec else [spec]
+        batch = spec.get("join")
+        outs = []
+        for one in specs:
+            start = time.time()
+            if not renewed(ctx.runtime().coord, lease):
+                return {"status": "stale"}
+            marks: dict[str, float] = {}
+            try:
+                out = run_trial_spec(env(), name, one, marks)
+            except Exception as exc:
+                log.warning("evolve trial of %s failed: %s", name, type(exc).__name__)
+                if batch:
+                    step_signature(app, name, lease, str(batch["id"])).apply_async(task_id=uuid.uuid4().hex)
+                raise
+            outs.append(out)
+            if timeline.on:
+                timeline.record(
+                    kind="trial",
+                    start=start,
+                    **marks,
+                    done=time.time(),
+                    end=time.time(),
+                    t=int(one["t"]),
+                    candidate=str(one["candidate"]),
+                    status=str(out.get("status")),
+                )
+        done = time.time()
+        key = specs[0].get("suite_key") if specs else None
+        join_step(name, batch, str(key) if key else None, lease)
+        timeline.record(kind="join", done=done, end=time.time(), trials=len(specs))
+        return outs[0] if len(outs) == 1 and "specs" not in spec else {"status": "lane", "trials": outs}
