@@ -15,6 +15,9 @@ structure_s`` is the overhead (SQL, JSON, gate checks, threads on busy cores). `
 the walls of the analysis, of each variant's draft and of its smoke and evaluation (a variant's trials
 start as soon as its draft passed), of all candidates, of the previous winner's held-out evaluation (it
 runs beside the round), and ``other`` (the rest: views, SQL and JSON, judging).
+With ``distributed``, ``distributed.timeline`` per round: where the cluster's round went, from the workers'
+own marks (:mod:`rsi_worker.bench.evolve_timeline`: steps, reloads, sends, hops, the trials' read, run,
+save and join).
 ``heldout_gain`` = last held-out S − H0's;
 ``heldout_regressions`` = adopted rounds that lowered held-out S by more than δ.
 """
