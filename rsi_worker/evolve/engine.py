@@ -57,7 +57,7 @@ from rsi_common.math import (
 )
 from rsi_common.math.calibrate import calibrate
 from rsi_common.world import TurnWorld
-from rsi_worker.consolidate.context import CountingClient, ModelFactory
+from rsi_worker.consolidate.context import CountingClient, ModelFactory, load_worlds
 from rsi_worker.consolidate.draft import DraftContext, draft_candidate, round_gate
 from rsi_worker.consolidate.evaluate import StopContext, assemble
 from rsi_worker.consolidate.incumbent import FAIL_BELOW
@@ -160,6 +160,10 @@ class _Run:
         self.evolve_ids = static.evolve_ids
         self.heldout_ids = static.heldout_ids
         self.worlds: Mapping[str, TurnWorld] = static.worlds
+        world_ids = [t.world_id for t in self.suite.tasks if t.world_id is not None]
+        if world_ids:  # a step sees a world deleted since (the run fails); the memo's copy serves trials
+            with env.sessions() as s:
+                self.worlds = load_worlds(s, world_ids, self.suite.agent)
         self.retry = RetryPolicy.from_settings(env.settings)
         self.deferred: list[dict[str, Any]] | None = None
         """``None`` in one process; on the cluster, the trial specs deferred by this step."""
