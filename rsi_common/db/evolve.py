@@ -222,13 +222,19 @@ def save_evolve_trial(
         stmt = (
             sqlite.insert(EvolveTrialRow).values(**values).on_conflict_do_nothing(index_elements=_TRIAL_KEY)
         )
-    created = session.execute(stmt.returning(EvolveTrialRow.id)).scalar_one_or_none() is not None
+    # one statement when the slot is new (the row comes back from RETURNING); a second delivery,
+    # which stored nothing, reads the stored row
+    stored = session.scalars(
+        stmt.returning(EvolveTrialRow), execution_options={"populate_existing": True}
+    ).one_or_none()
+    if stored is not None:
+        return stored, True
     row = session.execute(
         sa.select(EvolveTrialRow)
         .where(*(getattr(EvolveTrialRow, k) == values[k] for k in _TRIAL_KEY))
         .execution_options(populate_existing=True)
     ).scalar_one()
-    return row, created
+    return row, False
 
 
 def evolve_trials(

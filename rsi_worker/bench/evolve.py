@@ -15,6 +15,9 @@ structure_s`` is the overhead (SQL, JSON, gate checks, threads on busy cores). `
 the walls of the analysis, of each variant's draft and of its smoke and evaluation (a variant's trials
 start as soon as its draft passed), of all candidates, of the previous winner's held-out evaluation (it
 runs beside the round), and ``other`` (the rest: views, SQL and JSON, judging).
+With ``distributed``, ``distributed.timeline`` per round: where the cluster's round went, from the workers'
+own marks (:mod:`rsi_worker.bench.evolve_timeline`: steps, reloads, sends, hops, the trials' read, run,
+save and join).
 ``heldout_gain`` = last held-out S − H0's;
 ``heldout_regressions`` = adopted rounds that lowered held-out S by more than δ.
 """
@@ -31,10 +34,12 @@ from rsi_common.db import make_engine, session_factory, upgrade
 from rsi_common.math import RRSIParams
 from rsi_worker.bench.evolve_bound import list_schedule, lower_bound, round_jobs
 from rsi_worker.bench.evolve_suite import sim_suite
+from rsi_worker.bench.evolve_timeline import round_timelines
 from rsi_worker.consolidate import default_models
 from rsi_worker.evolve.config import EvolveConfig
 from rsi_worker.evolve.engine import EvolveEnv, run_inline
 from rsi_worker.evolve.store import Store
+from rsi_worker.evolve.timeline import FILE_NAME
 
 __all__ = ["bench_evolve"]
 
@@ -105,6 +110,7 @@ def _on_cluster(suite: Any, config: EvolveConfig, latency_ms: float, inline: lis
         settings = base.model_copy(
             update={"sim": base.sim.model_copy(update={"latency_ms": latency_ms}), "model_backoff_s": 0.0}
         )
+        (home / FILE_NAME).touch()  # the workers' timeline (rsi_worker/evolve/timeline.py)
         with EmbeddedCluster(settings, workers=2, concurrency=threads, mode="embedded-redis") as cl:
             cl.wait_ready(120.0)
             engine = make_engine(cl.settings.database_url)
@@ -129,6 +135,7 @@ def _on_cluster(suite: Any, config: EvolveConfig, latency_ms: float, inline: lis
             wall = time.perf_counter() - t0
             decided = decisions_of(store)
             engine.dispose()
+        timeline = round_timelines(home / FILE_NAME)
     rounds = [round(marks[n + 1] - marks[n], 3) for n in range(len(marks) - 1)]
     return {
         "workers": 2,
@@ -138,6 +145,7 @@ def _on_cluster(suite: Any, config: EvolveConfig, latency_ms: float, inline: lis
         "round_walls_s": rounds,
         "wall_s": round(wall, 3),
         "same_decisions": decided == inline,
+        "timeline": timeline,
     }
 
 

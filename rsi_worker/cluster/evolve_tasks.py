@@ -1,14 +1,18 @@
 """The evolve run on the cluster (docs/algorithm/evolve.md#on-the-cluster): a chain of ``evolve_step``
-tasks, each fanning out its pending trials as a chord of ``evolve_trial`` tasks on the ``replay``
-queue whose body is the next ``evolve_step``.
+tasks, each fanning out its pending trials as ``evolve_trial`` tasks on the ``replay`` queue, joined
+in band: the trial that finds its batch complete in SQL sends the next ``evolve_step``
+(:mod:`rsi_worker.evolve.join`).
 
-    evolve_step ─► chord(evolve_trial × pending slots) ─► evolve_step ─► … ─► evolve_step (round judged)
+    evolve_step ─► evolve_trial × pending slots ─(joined in SQL)─► evolve_step ─► … ─► evolve_step (judged)
                 ─► evolve_step (next round) ─► … ─► done | stopped | failed
 
-No task waits on another. ``evolve_trial`` never raises (a chord member); its idempotency key is the
-trial row's ``(evolve, t, candidate, task, trial, attempt)``. ``evolve_step`` recomputes everything
-from stored rows (drafts, analyses and trials are stored as they are made), so a redelivered step
-decides the same and a killed worker's trials are simply run again by the next step.
+No task waits on another. ``evolve_trial`` never raises (its policy answers an error); its
+idempotency key is the trial row's ``(evolve, t, candidate, task, trial, attempt)``. ``evolve_step``
+recomputes everything from stored rows (drafts, analyses and trials are stored as they are made), so a
+redelivered step decides the same and a killed worker's trials are simply run again by the next step.
+A step sent by a join first claims its batch in Redis (``SET NX`` of :func:`join_key` with its task id):
+a second step sent for the same batch (two trials saw it complete, or a redelivered trial) stops; a
+redelivery of the claiming step (same task id) goes on.
 
 Every task carries the chain's lease (``agent``, ``token``, ``fence``, ``io``;
 :mod:`rsi_worker.cluster.evolve_watch`): it renews it when it starts (the heartbeat renews it while a
@@ -18,26 +22,51 @@ beating, and the new chain does the work. The step that ends the run releases th
 
 from __future__ import annotations
 
+import logging
+import time
+import uuid
 from typing import Any
 
-from celery import Celery, chord
+from celery import Celery, current_task, group
 
 from rsi_common.coord import Lease
 from rsi_common.dispatch import TASK_EVOLVE_STEP, TASK_EVOLVE_TRIAL, TASK_QUEUES
 from rsi_common.stored import error_record
-from rsi_worker.cluster.evolve_watch import lease_args, release, renewed
+from rsi_worker.cluster.evolve_watch import holder, lease_args, release, renewed
 from rsi_worker.cluster.middleware import Middleware, Policy, TaskCall, task
 from rsi_worker.cluster.worker import WorkerContext
-from rsi_worker.evolve.engine import EvolveEnv, run_step, run_trial_spec
+from rsi_worker.evolve.engine import EvolveEnv, RunOutcome, run_step, run_trial_spec
+from rsi_worker.evolve.join import batch_of, joined
+from rsi_worker.evolve.memo import MEMO
+from rsi_worker.evolve.timeline import Timeline
 
-__all__ = ["register_evolve", "step_signature"]
+__all__ = ["JOIN_TTL_S", "claim_join", "join_key", "register_evolve", "step_signature"]
+
+log = logging.getLogger(__name__)
+
+JOIN_TTL_S = 86_400
+"""How long a batch's claim is kept (far beyond any round; a late trial's step then still stops)."""
 
 
-def step_signature(app: Celery, name: str, lease: Lease | None = None) -> Any:
-    """The ``evolve_step`` of run ``name`` carrying ``lease`` (as a chord body it receives the
-    members' results first)."""
+def join_key(name: str, batch_id: str) -> str:
+    """The Redis key the step of a joined batch claims (``SET NX`` with its task id)."""
+    return f"rsi:{holder(name)}:join:{batch_id}"
+
+
+def claim_join(client: Any, name: str, batch_id: str, task_id: str) -> bool:
+    """Claim batch ``batch_id`` of run ``name`` for the step ``task_id``: true for the first step sent for
+    the batch and for a redelivery of it (the same task id), false for any other."""
+    key = join_key(name, batch_id)
+    if client.set(key, task_id, nx=True, ex=JOIN_TTL_S):
+        return True
+    claimed = client.get(key)
+    return (claimed.decode() if isinstance(claimed, bytes) else claimed) == task_id
+
+
+def step_signature(app: Celery, name: str, lease: Lease | None = None, join: str | None = None) -> Any:
+    """The ``evolve_step`` of run ``name`` carrying ``lease`` and, sent by a join, its batch id."""
     queue = TASK_QUEUES[TASK_EVOLVE_STEP]
-    return app.signature(TASK_EVOLVE_STEP, args=(name, *lease_args(lease)), queue=queue)
+    return app.signature(TASK_EVOLVE_STEP, args=([], name, *lease_args(lease), join), queue=queue)
 
 
 def _lease(agent: str | None, token: str | None, fence: int | None, io: str | None) -> Lease | None:
@@ -48,6 +77,8 @@ def _lease(agent: str | None, token: str | None, fence: int | None, io: str | No
 
 def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) -> None:
     """Register ``evolve_step`` and ``evolve_trial`` on ``app`` through the task wrapper ``chain``."""
+
+    timeline = Timeline(ctx.settings.home)
 
     def env() -> EvolveEnv:
         rt = ctx.runtime()
@@ -79,31 +110,67 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
         token: str | None = None,
         fence: int | None = None,
         io: str | None = None,
+        join: str | None = None,
     ) -> str:
-        """One step of the run (chain link and chord body). Idempotent: recomputed from stored rows.
-        A step whose lease is no longer held (a newer chain runs) stops before anything."""
+        """One step of the run. Idempotent: recomputed from stored rows. A step whose lease is no longer
+        held (a newer chain runs) stops before anything; so does a second step sent for one batch."""
+        start = time.time()
         coord = ctx.runtime().coord
         lease = _lease(agent, token, fence, io)
         if not renewed(coord, lease):
             return "stale: lease lost"
-        out = run_step(env(), name)
+        if join is not None and not claim_join(coord.client, name, join, str(current_task.request.id or "")):
+            return "joined already"
+        claimed, step_env = time.time(), env()
+        out = run_step(step_env, name)
         if not renewed(coord, lease):
             return "stale: lease lost"
-        if out.status == "pending":
-            queue = TASK_QUEUES[TASK_EVOLVE_TRIAL]
-            header = [
-                app.signature(TASK_EVOLVE_TRIAL, args=(name, spec, *lease_args(lease)), queue=queue)
-                for spec in out.pending
-            ]
-            chord(header)(step_signature(app, name, lease))
-            return f"{len(header)} trials"
-        if out.status == "running":
-            app.send_task(
-                TASK_EVOLVE_STEP, args=[[], name, *lease_args(lease)], queue=TASK_QUEUES[TASK_EVOLVE_STEP]
+        ran = time.time()
+        try:
+            return sent(name, out, lease)
+        finally:
+            timeline.record(
+                kind="step",
+                start=start,
+                claimed=claimed,
+                ran=ran,
+                end=time.time(),
+                t=next((pt for pt, p, _ in step_env.phases if p == "load"), out.t),  # the state's before
+                status=out.status,
+                trials=len(out.pending),
+                join=join is not None,
+                phases=[[pt, p, round(sec, 4)] for pt, p, sec in step_env.phases],
             )
+
+    def sent(name: str, out: RunOutcome, lease: Lease | None) -> str:
+        """Send what follows a step's outcome: its trials, the next step, or nothing (the run ended)."""
+        coord = ctx.runtime().coord
+        if out.status == "pending":
+            batch, specs = batch_of(out.pending), out.pending
+            key = specs[0].get("suite_key")
+            config = MEMO.static(env().sessions, name, str(key) if key else None).config
+            n = max(1, min(len(specs), config.eval_parallel * config.trial_parallel))
+            queue = TASK_QUEUES[TASK_EVOLVE_TRIAL]
+            group(
+                app.signature(
+                    TASK_EVOLVE_TRIAL,
+                    args=(name, {"specs": specs[lane::n], "join": batch}, *lease_args(lease)),
+                    queue=queue,
+                    ignore_result=True,  # joined in SQL: nothing reads the lanes' results
+                )
+                for lane in range(n)
+            ).apply_async()
+            return f"{len(specs)} trials in {n} lanes"
+        if out.status == "running":
+            step_signature(app, name, lease).apply_async()
             return f"next step (t={out.t})"
         release(coord, lease)
         return out.status
+
+    def join_step(name: str, batch: dict[str, Any] | None, key: str | None, lease: Lease | None) -> None:
+        """Send the next step when the batch is complete in SQL (module docstring)."""
+        if batch and joined(env().store, name, batch, key):
+            step_signature(app, name, lease, str(batch["id"])).apply_async(task_id=uuid.uuid4().hex)
 
     @task(
         app,
@@ -122,8 +189,41 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
         fence: int | None = None,
         io: str | None = None,
     ) -> dict[str, Any]:
-        """One trial (chord member; never raises). Idempotency key: the trial row's slot and attempt.
-        A trial of a replaced chain (its lease lost) is not run."""
-        if not renewed(ctx.runtime().coord, _lease(agent, token, fence, io)):
-            return {"status": "stale"}
-        return run_trial_spec(env(), name, spec)
+        """A lane of trials, one after the other (``spec``: ``{specs, join}``), or one trial (a spec);
+        never raises. Idempotency key: each trial row's slot and attempt (a redelivered lane answers its
+        stored slots from their rows). A lane of a replaced chain (its lease lost) stops. Then the
+        in-band join: the lane that finds its batch complete sends the next step; a lane whose trial
+        failed sends it too (the step runs again what is not stored, as a chord body would)."""
+        lease = _lease(agent, token, fence, io)
+        specs: list[dict[str, Any]] = list(spec["specs"]) if "specs" in spec else [spec]
+        batch = spec.get("join")
+        outs = []
+        for one in specs:
+            start = time.time()
+            if not renewed(ctx.runtime().coord, lease):
+                return {"status": "stale"}
+            marks: dict[str, float] = {}
+            try:
+                out = run_trial_spec(env(), name, one, marks)
+            except Exception as exc:
+                log.warning("evolve trial of %s failed: %s", name, type(exc).__name__)
+                if batch:
+                    step_signature(app, name, lease, str(batch["id"])).apply_async(task_id=uuid.uuid4().hex)
+                raise
+            outs.append(out)
+            if timeline.on:
+                timeline.record(
+                    kind="trial",
+                    start=start,
+                    **marks,
+                    done=time.time(),
+                    end=time.time(),
+                    t=int(one["t"]),
+                    candidate=str(one["candidate"]),
+                    status=str(out.get("status")),
+                )
+        done = time.time()
+        key = specs[0].get("suite_key") if specs else None
+        join_step(name, batch, str(key) if key else None, lease)
+        timeline.record(kind="join", done=done, end=time.time(), trials=len(specs))
+        return outs[0] if len(outs) == 1 and "specs" not in spec else {"status": "lane", "trials": outs}

@@ -17,10 +17,10 @@ consolidation run's, not a copy:
 * **Released** when the run ends (``done``, ``stopped``, ``failed``).
 * **Watched** by :func:`sweep_evolve` (one step of every sweep): a ``running``, watched run whose lease
   is gone — no task of it beat for ``lease_s`` because its step or trials died with their worker, or a
-  chord message was lost — gets a new lease and a new first step. The new chain recomputes everything
-  from the stored rows (the engine is idempotent); the old chain's late tasks find their token gone
-  and stop. Bound: ``lease_s`` + ``sweep_interval_s`` after the run's last task stopped beating, plus
-  the queue wait of the new step.
+  step message was lost with no trial of its batch delivered again — gets a new lease and a new
+  first step. The new chain recomputes everything from the stored rows (the engine is idempotent);
+  the old chain's late tasks find their token gone and stop. Bound: ``lease_s`` +
+  ``sweep_interval_s`` after the run's last task stopped beating, plus the queue wait of the new step.
 
 ``rsi evolve run --inline`` calls :func:`unwatch` first: the run leaves the sweeper's watch and a chain
 still on the cluster stops at its next task.

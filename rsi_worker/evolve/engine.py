@@ -64,6 +64,7 @@ from rsi_worker.consolidate.incumbent import FAIL_BELOW
 from rsi_worker.evolve.config import EvolveConfig
 from rsi_worker.evolve.evaluation import EvalJob, bounds, evaluate
 from rsi_worker.evolve.judgement import apply_judgement, decision_record, judge, plain
+from rsi_worker.evolve.memo import MEMO, suite_key
 from rsi_worker.evolve.slots import SMOKE, SlotPool
 from rsi_worker.evolve.store import Store
 from rsi_worker.evolve.suite import Suite
@@ -150,14 +151,19 @@ class _Run:
     def __init__(self, env: EvolveEnv, name: str) -> None:
         self.env, self.name, self.store = env, name, env.store
         suite_name, self.config, self.status, self.stop_requested, state = self.store.run(name)
-        self.suite: Suite = self.store.suite(suite_name)
+        # the suite, its checks and worlds: validated once per process and suite version (memo.py)
+        static = MEMO.static(env.sessions, name, suite_key(self.store.suite_spec(suite_name)))
+        self.suite_key = static.suite_key
+        self.suite: Suite = static.suite
         self.state = state
-        self.checks = self.suite.checks()
-        self.evolve_ids = tuple(self.suite.evolve_ids)
-        self.heldout_ids = tuple(self.suite.heldout_ids)
+        self.checks = static.checks
+        self.evolve_ids = static.evolve_ids
+        self.heldout_ids = static.heldout_ids
+        self.worlds: Mapping[str, TurnWorld] = static.worlds
         world_ids = [t.world_id for t in self.suite.tasks if t.world_id is not None]
-        with env.sessions() as s:
-            self.worlds: dict[str, TurnWorld] = load_worlds(s, world_ids, self.suite.agent)
+        if world_ids:  # a step sees a world deleted since (the run fails); the memo's copy serves trials
+            with env.sessions() as s:
+                self.worlds = load_worlds(s, world_ids, self.suite.agent)
         self.retry = RetryPolicy.from_settings(env.settings)
         self.deferred: list[dict[str, Any]] | None = None
         """``None`` in one process; on the cluster, the trial specs deferred by this step."""
@@ -211,6 +217,7 @@ class _Run:
                     "split": split,
                     "seed_base": seed_base,
                     "harness": list(ref) if ref else None,
+                    "suite_key": self.suite_key,
                     "stop": None if stop is None else [stop.S_star, stop.delta, stop.S_t],
                 }
                 for task, j, a in slots
@@ -697,9 +704,11 @@ def run_step(env: EvolveEnv, name: str) -> RunOutcome:
     round, as far as the stored trials allow. Returns ``pending`` with the trial specs to fan out (the
     step runs again once they are stored), ``running`` after a finished baseline or round (the next
     step follows), or the run's final status. The stop request is not cleared here (the launch does)."""
+    t_load = time.perf_counter()
     run = _Run(env, name)
     run.deferred = []
     t = int((run.state or {}).get("t", 0))
+    env.phase(t if run.state is not None else -1, "load", time.perf_counter() - t_load)
     if run.status in ("done", "failed", "stopped"):
         return RunOutcome(run.status, t, 0, "not running")
     missing_worlds = [
@@ -732,11 +741,18 @@ def run_step(env: EvolveEnv, name: str) -> RunOutcome:
     return RunOutcome("running", int(run.state["t"]), 1)
 
 
-def run_trial_spec(env: EvolveEnv, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+def run_trial_spec(
+    env: EvolveEnv, name: str, spec: Mapping[str, Any], marks: dict[str, float] | None = None
+) -> dict[str, Any]:
     """One deferred trial on the cluster: skipped when its candidate's early stop already holds over
     the stored rows (cooperative early stop), else run and stored under its key (a second delivery
-    finds the row and stores nothing)."""
-    run = _Run(env, name)
+    finds the row and stores nothing). The run's suite and the draft's harness come from this process's
+    memo (:mod:`rsi_worker.evolve.memo`): a trial reads its candidate's rows and writes its own, two
+    statements, when the memo holds them. ``marks`` gets the wall clock (``time.time()``) after the
+    read (``read``), the trial (``ran``) and its row (``saved``) — the bench's timeline."""
+    marks = {} if marks is None else marks
+    key = spec.get("suite_key")
+    static = MEMO.static(env.sessions, name, str(key) if key else None)
     t, cand, task, trial, attempt = (
         int(spec["t"]),
         str(spec["candidate"]),
@@ -745,29 +761,34 @@ def run_trial_spec(env: EvolveEnv, name: str, spec: Mapping[str, Any]) -> dict[s
         int(spec["attempt"]),
     )
     brief = {"candidate": cand, "task": task, "trial": trial, "attempt": attempt}
-    stored = [
-        r
-        for r in env.store.trials(name, t, cand)
-        if r["world_id"] == task and r["trial"] == trial and r["attempt"] == attempt
-    ]
+    rows = env.store.trials(name, t, cand)
+    marks["read"] = time.time()
+    stored = [r for r in rows if r["world_id"] == task and r["trial"] == trial and r["attempt"] == attempt]
     if stored:
         return {**brief, "status": stored[0]["status"], "stored": True}
     if spec.get("stop") and attempt == 0:
         S_star, delta, S_t = (float(x) for x in spec["stop"])
-        ids = run.heldout_ids if spec.get("split") == "heldout" else run.evolve_ids
-        job = EvalJob(name, t, cand, tuple(ids), run.checks, int(spec["k"]), run.config.seed)
-        A, B, R = bounds(job, env.store.trials(name, t, cand))
+        ids = static.heldout_ids if spec.get("split") == "heldout" else static.evolve_ids
+        job = EvalJob(name, t, cand, tuple(ids), static.checks, int(spec["k"]), static.config.seed)
+        A, B, R = bounds(job, rows)
         if can_stop_exactly(A, B, R, S_star, delta, S_t):
             return {**brief, "status": "skipped"}
     ref = spec.get("harness")
-    if ref is None:
-        harness = h0()
-    else:
-        rnd = env.store.round(name, int(ref[0])) or {}
-        harness = materialize(((rnd.get("drafts") or {})[str(ref[1])])["payload"])
+    harness = h0() if ref is None else MEMO.harness(env.sessions, name, int(ref[0]), str(ref[1]))
+    config = static.config
     clients: dict[str, CountingClient] = {}
-    values = run_task(run.trial_env(clients), run.suite.task(task), harness, int(spec["seed"]))
+
+    def role(r: str) -> Any:
+        if r not in clients:
+            clients[r] = env.client(config, r)
+        return clients[r]
+
+    retry = RetryPolicy.from_settings(env.settings)
+    tenv = TrialEnv(static.suite, role, config.provider, config.model, static.worlds, retry)
+    values = run_task(tenv, static.suite.task(task), harness, int(spec["seed"]))
+    marks["ran"] = time.time()
     row, _ = env.store.save_trial(name, t, cand, task, trial, attempt, values)
+    marks["saved"] = time.time()
     return {**brief, "status": row["status"]}
 
 

@@ -1,11 +1,14 @@
 """Reading and writing an evolve run's rows (docs/algorithm/evolve.md#durable-state): one short transaction
-per call, never open across model calls."""
+per call, never open across model calls. A read is a deferred transaction on SQLite (no write lock:
+the trials and steps of the cluster's workers read beside each other's writes, WAL)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from rsi_common.db import evolve as db
@@ -40,6 +43,13 @@ class Store:
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self.sessions = sessions
 
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[Session]:
+        """A read-only session: a deferred transaction on SQLite (module docstring)."""
+        with self.sessions() as s:
+            s.connection(execution_options={"sqlite_begin": "DEFERRED"})
+            yield s
+
     # --- suites ---------------------------------------------------------------------------------
 
     def save_suite(self, suite: Suite, *, replace: bool = False) -> None:
@@ -54,11 +64,19 @@ class Store:
                 row.spec = suite.to_json()
 
     def suite(self, name: str) -> Suite:
-        with self.sessions() as s:
+        with self._read() as s:
             row = db.get_suite(s, name)
             if row is None:
                 raise InvalidInput(f"unknown suite {name!r}")
             return validate_suite(row.spec)
+
+    def suite_spec(self, name: str) -> dict[str, Any]:
+        """The stored suite's JSON as stored (not validated again; :mod:`rsi_worker.evolve.memo`)."""
+        with self._read() as s:
+            row = db.get_suite(s, name)
+            if row is None:
+                raise InvalidInput(f"unknown suite {name!r}")
+            return dict(row.spec)
 
     # --- runs -----------------------------------------------------------------------------------
 
@@ -81,7 +99,7 @@ class Store:
 
     def run(self, name: str) -> tuple[str, EvolveConfig, str, bool, dict[str, Any] | None]:
         """``(suite, config, status, stop_requested, state)``. Raises ``InvalidInput`` for an unknown run."""
-        with self.sessions() as s:
+        with self._read() as s:
             row = db.get_evolve(s, name)
             if row is None:
                 raise InvalidInput(f"unknown evolve run {name!r}")
@@ -92,6 +110,10 @@ class Store:
                 row.stop_requested,
                 dict(row.state) if row.state is not None else None,
             )
+
+    def run_suite(self, name: str) -> str:
+        """The suite name of run ``name``. Raises ``InvalidInput`` for an unknown run."""
+        return self.run(name)[0]
 
     def set_run(
         self,
@@ -118,7 +140,7 @@ class Store:
                 db.upsert_evolve_round(s, name, round_t, **dict(round_fields or {}))
 
     def round(self, name: str, t: int) -> dict[str, Any] | None:
-        with self.sessions() as s:
+        with self._read() as s:
             row = db.evolve_round(s, name, t)
             if row is None:
                 return None
@@ -132,7 +154,7 @@ class Store:
             }
 
     def rounds(self, name: str) -> list[dict[str, Any]]:
-        with self.sessions() as s:
+        with self._read() as s:
             return [
                 {
                     "t": r.t,
@@ -179,13 +201,23 @@ class Store:
             return row_json(row), created
 
     def trials(self, name: str, t: int | None = None, candidate: str | None = None) -> list[dict[str, Any]]:
-        with self.sessions() as s:
+        with self._read() as s:
             return [row_json(r) for r in db.evolve_trials(s, name, t, candidate)]
+
+    def trial_keys(self, name: str, ts: Sequence[int]) -> set[tuple[int, str, str, int, int]]:
+        """The ``(t, candidate, task, trial, attempt)`` keys of the run's stored trials of rounds ``ts``
+        (the key columns only: the in-band join's check, :mod:`rsi_worker.evolve.join`)."""
+        T = db.EvolveTrialRow
+        with self._read() as s:
+            rows = s.execute(
+                sa.select(T.t, T.candidate, T.task_id, T.trial, T.attempt).where(
+                    T.evolve == name, T.t.in_(list(ts))
+                )
+            )
+            return {(int(t), str(c), str(k), int(j), int(a)) for t, c, k, j, a in rows}
 
     def delete_cancelled(self, name: str, t: int, candidates: Sequence[str]) -> int:
         """Remove the ``cancelled`` rows of early-stopped candidates (``reevaluate`` measures them fully)."""
-        import sqlalchemy as sa
-
         with self.sessions.begin() as s:
             result = s.execute(
                 sa.delete(db.EvolveTrialRow).where(
