@@ -27,6 +27,8 @@ from typing import Any
 from rsi_common.credential_table import PATTERNS, CredentialPattern
 
 __all__ = [
+    "CLEAN_MEMO_CHARS",
+    "CLEAN_MEMO_SIZE",
     "CREDENTIAL_PATTERNS",
     "PAIR_VALUE_CHARS",
     "PATTERNS",
@@ -110,13 +112,34 @@ def _prefiltered(norm: str) -> tuple[str, set[str], list[CredentialPattern]]:
     return low, present, [p for p in PATTERNS if not present.isdisjoint(p.anchors)]
 
 
+CLEAN_MEMO_CHARS = 64
+"""Texts of at most this many characters found clean are remembered (:func:`find_credentials`)."""
+CLEAN_MEMO_SIZE = 4096
+"""Clean texts remembered at most; the memo is emptied when full."""
+_CLEAN: dict[str, None] = {}
+
+
 def find_credentials(text: str) -> list[str]:
     """Labels of the credential patterns found in ``text`` after :func:`normalise`, in table order,
-    each once; ``[]`` when there is none."""
+    each once; ``[]`` when there is none.
+
+    A short text found clean (at most :data:`CLEAN_MEMO_CHARS` characters) is remembered, so the keys
+    every world repeats (``max_tokens``, ``policy_tokens``: they hold the anchor ``token``) are checked
+    once per process (docs/performance/turn-checks.md). Only clean texts are kept: the memo never holds
+    a secret. The answer is the same: it depends on the text alone.
+    """
+    short = type(text) is str and len(text) <= CLEAN_MEMO_CHARS  # a subclass could fake its hash
+    if short and text in _CLEAN:
+        return []
     norm = normalise(text)
     low, present, candidates = _prefiltered(norm)
     memo: dict[tuple[str, str], list[int]] = {}
-    return [p.label for p in candidates if p.hits(norm, low, present, memo)]
+    labels = [p.label for p in candidates if p.hits(norm, low, present, memo)]
+    if short and not labels:
+        if len(_CLEAN) >= CLEAN_MEMO_SIZE:
+            _CLEAN.clear()
+        _CLEAN[text] = None
+    return labels
 
 
 def find_in(value: Any, path: str) -> tuple[str, list[str]] | None:
