@@ -165,9 +165,16 @@ def find_in(value: Any, path: str) -> tuple[str, list[str]] | None:
 def _clean_json(value: Any) -> bool:
     """True when ``value`` is plain JSON (dicts, lists, strings, numbers, booleans, None) and no key,
     string or pair of it matches a pattern; False when one matches or ``value`` holds another type
-    (then :func:`_find_in_ordered` answers). Order does not matter here: no path is kept."""
+    (then :func:`_find_in_ordered` answers). Order does not matter here: no path is kept.
+
+    A ``{"key": "string"}`` pair's JSON is built (and its anchors looked for with the other texts)
+    only when its key or value holds a character JSON escapes, or the value is a long non-ASCII
+    one (:func:`_pair_text`'s cases, found for all texts at once by :func:`_escaped`); any other
+    pair is checked when its key or value holds an anchor (docs/performance/turn-checks.md).
+    """
     texts: list[str] = []
-    pairs: list[int] = []  # index of a key text; its value is the next text, its pair the one after
+    pairs: list[int] = []  # index of a key text; its string value is the next text
+    long: list[int] = []  # pairs whose value is longer than PAIR_VALUE_CHARS
     add, stack = texts.append, [value]
     pop, push = stack.pop, stack.append
     while stack:
@@ -179,10 +186,11 @@ def _clean_json(value: Any) -> bool:
                     return False
                 ti = type(item)
                 if ti is str:
+                    if len(item) > PAIR_VALUE_CHARS:
+                        long.append(len(texts))
                     pairs.append(len(texts))
                     add(k)
                     add(item)
-                    add(_pair_text(k, item))
                 else:
                     add(k)
                     if ti is dict or ti is list:
@@ -202,6 +210,17 @@ def _clean_json(value: Any) -> bool:
             add(v)
         elif t not in _LEAVES:
             return False
+    escaped = _escaped(texts)
+    if escaped is None:
+        return False  # a text holds U+0000 itself
+    built: set[int] = set()  # pairs whose JSON is among the texts
+    if escaped or long:
+        keys = set(pairs)
+        wanted = {i for i in escaped if i in keys} | {i - 1 for i in escaped if i - 1 in keys}
+        wanted.update(i for i in long if not texts[i + 1].isascii())
+        for i in sorted(wanted):
+            add(json.dumps({texts[i]: texts[i + 1][:PAIR_VALUE_CHARS]}, ensure_ascii=False))
+            built.add(i)
     flagged = _anchored(texts)
     if flagged is None:
         return False
@@ -211,7 +230,32 @@ def _clean_json(value: Any) -> bool:
         return False
     return not any(  # a pair not built holds an anchor only if its key or value does (_pair_text)
         find_credentials(json.dumps({texts[i]: texts[i + 1][:PAIR_VALUE_CHARS]}, ensure_ascii=False))
-        for i in pairs if not texts[i + 2] and (i in flagged or i + 1 in flagged))
+        for i in pairs if i not in built and (i in flagged or i + 1 in flagged))
+
+
+_ESCAPED_NOT_NUL = re.compile(r'["\\\x01-\x1f]')
+"""The characters ``json.dumps`` escapes but U+0000 (the separator of :func:`_escaped`)."""
+
+
+def _escaped(texts: list[str]) -> set[int] | None:
+    """Indices of the texts holding a character ``json.dumps`` escapes, found in one search of the
+    texts joined with U+0000; ``None`` when a text holds U+0000 itself."""
+    joined = "\x00".join(texts)
+    if joined.count("\x00") != len(texts) - 1:
+        return None
+    out: set[int] = set()
+    index, last = 0, 0
+    m = _ESCAPED_NOT_NUL.search(joined)
+    while m is not None:
+        pos = m.start()
+        index += joined.count("\x00", last, pos)
+        out.add(index)
+        nxt = joined.find("\x00", pos)
+        if nxt < 0:
+            break
+        index, last = index + 1, nxt + 1
+        m = _ESCAPED_NOT_NUL.search(joined, last)
+    return out
 
 
 def _find_in_ordered(value: Any, path: str) -> tuple[str, list[str]] | None:

