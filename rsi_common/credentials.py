@@ -27,6 +27,8 @@ from typing import Any
 from rsi_common.credential_table import PATTERNS, CredentialPattern
 
 __all__ = [
+    "CLEAN_MEMO_CHARS",
+    "CLEAN_MEMO_SIZE",
     "CREDENTIAL_PATTERNS",
     "PAIR_VALUE_CHARS",
     "PATTERNS",
@@ -110,13 +112,34 @@ def _prefiltered(norm: str) -> tuple[str, set[str], list[CredentialPattern]]:
     return low, present, [p for p in PATTERNS if not present.isdisjoint(p.anchors)]
 
 
+CLEAN_MEMO_CHARS = 64
+"""Texts of at most this many characters found clean are remembered (:func:`find_credentials`)."""
+CLEAN_MEMO_SIZE = 4096
+"""Clean texts remembered at most; the memo is emptied when full."""
+_CLEAN: dict[str, None] = {}
+
+
 def find_credentials(text: str) -> list[str]:
     """Labels of the credential patterns found in ``text`` after :func:`normalise`, in table order,
-    each once; ``[]`` when there is none."""
+    each once; ``[]`` when there is none.
+
+    A short text found clean (at most :data:`CLEAN_MEMO_CHARS` characters) is remembered, so the keys
+    every world repeats (``max_tokens``, ``policy_tokens``: they hold the anchor ``token``) are checked
+    once per process (docs/performance/turn-checks.md). Only clean texts are kept: the memo never holds
+    a secret. The answer is the same: it depends on the text alone.
+    """
+    short = type(text) is str and len(text) <= CLEAN_MEMO_CHARS  # a subclass could fake its hash
+    if short and text in _CLEAN:
+        return []
     norm = normalise(text)
     low, present, candidates = _prefiltered(norm)
     memo: dict[tuple[str, str], list[int]] = {}
-    return [p.label for p in candidates if p.hits(norm, low, present, memo)]
+    labels = [p.label for p in candidates if p.hits(norm, low, present, memo)]
+    if short and not labels:
+        if len(_CLEAN) >= CLEAN_MEMO_SIZE:
+            _CLEAN.clear()
+        _CLEAN[text] = None
+    return labels
 
 
 def find_in(value: Any, path: str) -> tuple[str, list[str]] | None:
@@ -142,9 +165,16 @@ def find_in(value: Any, path: str) -> tuple[str, list[str]] | None:
 def _clean_json(value: Any) -> bool:
     """True when ``value`` is plain JSON (dicts, lists, strings, numbers, booleans, None) and no key,
     string or pair of it matches a pattern; False when one matches or ``value`` holds another type
-    (then :func:`_find_in_ordered` answers). Order does not matter here: no path is kept."""
+    (then :func:`_find_in_ordered` answers). Order does not matter here: no path is kept.
+
+    A ``{"key": "string"}`` pair's JSON is built (and its anchors looked for with the other texts)
+    only when its key or value holds a character JSON escapes, or the value is a long non-ASCII
+    one (:func:`_pair_text`'s cases, found for all texts at once by :func:`_escaped`); any other
+    pair is checked when its key or value holds an anchor (docs/performance/turn-checks.md).
+    """
     texts: list[str] = []
-    pairs: list[int] = []  # index of a key text; its value is the next text, its pair the one after
+    pairs: list[int] = []  # index of a key text; its string value is the next text
+    long: list[int] = []  # pairs whose value is longer than PAIR_VALUE_CHARS
     add, stack = texts.append, [value]
     pop, push = stack.pop, stack.append
     while stack:
@@ -156,10 +186,11 @@ def _clean_json(value: Any) -> bool:
                     return False
                 ti = type(item)
                 if ti is str:
+                    if len(item) > PAIR_VALUE_CHARS:
+                        long.append(len(texts))
                     pairs.append(len(texts))
                     add(k)
                     add(item)
-                    add(_pair_text(k, item))
                 else:
                     add(k)
                     if ti is dict or ti is list:
@@ -179,6 +210,17 @@ def _clean_json(value: Any) -> bool:
             add(v)
         elif t not in _LEAVES:
             return False
+    escaped = _escaped(texts)
+    if escaped is None:
+        return False  # a text holds U+0000 itself
+    built: set[int] = set()  # pairs whose JSON is among the texts
+    if escaped or long:
+        keys = set(pairs)
+        wanted = {i for i in escaped if i in keys} | {i - 1 for i in escaped if i - 1 in keys}
+        wanted.update(i for i in long if not texts[i + 1].isascii())
+        for i in sorted(wanted):
+            add(json.dumps({texts[i]: texts[i + 1][:PAIR_VALUE_CHARS]}, ensure_ascii=False))
+            built.add(i)
     flagged = _anchored(texts)
     if flagged is None:
         return False
@@ -188,7 +230,32 @@ def _clean_json(value: Any) -> bool:
         return False
     return not any(  # a pair not built holds an anchor only if its key or value does (_pair_text)
         find_credentials(json.dumps({texts[i]: texts[i + 1][:PAIR_VALUE_CHARS]}, ensure_ascii=False))
-        for i in pairs if not texts[i + 2] and (i in flagged or i + 1 in flagged))
+        for i in pairs if i not in built and (i in flagged or i + 1 in flagged))
+
+
+_ESCAPED_NOT_NUL = re.compile(r'["\\\x01-\x1f]')
+"""The characters ``json.dumps`` escapes but U+0000 (the separator of :func:`_escaped`)."""
+
+
+def _escaped(texts: list[str]) -> set[int] | None:
+    """Indices of the texts holding a character ``json.dumps`` escapes, found in one search of the
+    texts joined with U+0000; ``None`` when a text holds U+0000 itself."""
+    joined = "\x00".join(texts)
+    if joined.count("\x00") != len(texts) - 1:
+        return None
+    out: set[int] = set()
+    index, last = 0, 0
+    m = _ESCAPED_NOT_NUL.search(joined)
+    while m is not None:
+        pos = m.start()
+        index += joined.count("\x00", last, pos)
+        out.add(index)
+        nxt = joined.find("\x00", pos)
+        if nxt < 0:
+            break
+        index, last = index + 1, nxt + 1
+        m = _ESCAPED_NOT_NUL.search(joined, last)
+    return out
 
 
 def _find_in_ordered(value: Any, path: str) -> tuple[str, list[str]] | None:

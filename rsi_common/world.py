@@ -61,7 +61,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rsi_common.boundary import MAX_STORED_WORLD_BYTES, Defect, check_depth, merge_defects
+from rsi_common.boundary import (
+    MAX_DEPTH,
+    MAX_SAFE_INT,
+    MAX_STORED_WORLD_BYTES,
+    Defect,
+    check_depth,
+    merge_defects,
+)
 from rsi_common.credentials import describe, find_credentials, find_in, safe_key, safe_repr
 from rsi_common.errors import CredentialError, WorldError, WorldLimitError
 from rsi_common.world_boundary import guard_world
@@ -364,9 +371,18 @@ def _validate(obj: Any, *, prepared: bool = False) -> dict[str, Any]:
 def _prepare(data: Mapping[str, Any]) -> dict[str, Any]:
     """JSON safety, metadata rules, kwargs and defs filtering (before validation)."""
     raw = dict(data)
+    return _prepared(raw, _jsonable({k: v for k, v in raw.items() if k != "bytes"}, metadata=False))
+
+
+def _prepared(raw: dict[str, Any], w: dict[str, Any], *, plain: bool = False) -> dict[str, Any]:
+    """:func:`_prepare` after the JSON-safe copy ``w`` of ``raw`` (without ``bytes``) was made.
+
+    ``plain``: ``w`` was made by :func:`_copy_checked`, so every tool definition that is a dict is
+    JSON that ``json.dumps`` writes (no integer beyond ±``MAX_SAFE_INT``, no non-finite float) and its
+    copy in ``w`` is the one :func:`_jsonable` would make again.
+    """
     state = raw.get("state")
     metadata = state.get("metadata") if isinstance(state, Mapping) else None
-    w: dict[str, Any] = _jsonable({k: v for k, v in raw.items() if k != "bytes"}, metadata=False)
     if isinstance(w.get("state"), dict) and isinstance(metadata, Mapping):
         w["state"]["metadata"] = _scrub(_jsonable(metadata, metadata=True))
     plan = w.get("plan")
@@ -375,14 +391,95 @@ def _prepare(data: Mapping[str, Any]) -> dict[str, Any]:
     tools, raw_tools = w.get("tools"), raw.get("tools")
     if isinstance(tools, dict) and isinstance(raw_tools, Mapping) and isinstance(raw_tools.get("defs"), list):
         contributed = set(tools.get("contributed") or ())
-        tools["defs"] = [_jsonable(d, metadata=False) for d in raw_tools["defs"]
-                         if _serializable(d) and d.get("name") not in contributed]
+        if plain:
+            tools["defs"] = [copied for copied, d in zip(tools["defs"], raw_tools["defs"], strict=True)
+                             if type(d) is dict and d.get("name") not in contributed]
+        else:
+            tools["defs"] = [_jsonable(d, metadata=False) for d in raw_tools["defs"]
+                             if _serializable(d) and d.get("name") not in contributed]
     memory = w.get("memory")
     if isinstance(memory, dict) and isinstance(memory.get("chunks"), list):
         memory["chunks"] = [_chunk(c) for c in memory["chunks"]]
     w.setdefault("schema", WORLD_SCHEMA)
     w.setdefault("replayable", True)
     return w
+
+
+class _Slow(Exception):
+    """The one-walk copy (:func:`_copy_checked`) met a case it leaves to the checks one by one."""
+
+
+_IMAGE = frozenset(IMAGE_TYPES)
+
+
+def _copy_checked(v: Any, level: int, images: list[bool]) -> Any:
+    """:func:`_jsonable` (``metadata=False``) of ``v`` at nesting ``level`` (the world is 1), with the
+    depth rule and the image test in the same walk (docs/performance/turn-checks.md).
+
+    Plain JSON only (exact ``dict``, ``list``, ``str``, ``bool``, finite ``float``, None, ``int``
+    within ±:data:`MAX_SAFE_INT`, which the boundary walk refuses beyond); anything else, or a
+    container deeper than :data:`MAX_DEPTH`, raises :class:`_Slow` before any deeper recursion.
+    Sets ``images[0]`` when a dict of the copy has a ``type`` in
+    :data:`IMAGE_TYPES`.
+    """
+    t = type(v)
+    if t is str or t is bool or v is None:
+        return v
+    if t is int:
+        if -MAX_SAFE_INT <= v <= MAX_SAFE_INT:
+            return v
+        raise _Slow
+    if t is float and math.isfinite(v):
+        return v
+    if level > MAX_DEPTH or (t is not dict and t is not list):
+        raise _Slow
+    if t is list:
+        return [_copy_checked(i, level + 1, images) for i in v]
+    out: dict[str, Any] = {}
+    for k, item in v.items():
+        if type(k) is not str:
+            raise _Slow
+        out[k] = _copy_checked(item, level + 1, images)
+    kind = out.get("type")
+    if type(kind) is str and kind in _IMAGE:
+        images[0] = True
+    return out
+
+
+def _has_image(v: Any) -> bool:
+    """Whether a dict under the JSON value ``v`` (itself included) has a ``type`` in :data:`IMAGE_TYPES`."""
+    stack = [v]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            kind = item.get("type")
+            if type(kind) is str and kind in _IMAGE:
+                return True
+            stack.extend(item.values())
+        elif type(item) is list:
+            stack.extend(item)
+    return False
+
+
+def _prepare_checked(data: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The depth check, :func:`_prepare` and :func:`_replace_images` of :func:`finalize_world`: one walk
+    for plain JSON (:func:`_copy_checked`); anything else through the three steps one by one, which
+    raise what they always raised. Returns the prepared copy and whether an image was replaced."""
+    if type(data) is dict and not isinstance(data.get("bytes"), (Mapping, list, tuple)):
+        raw = dict(data)
+        images = [False]
+        try:
+            body = _copy_checked({k: v for k, v in raw.items() if k != "bytes"}, 1, images)
+        except _Slow:
+            pass
+        else:
+            w = _prepared(raw, body, plain=True)
+            metadata = w["state"].get("metadata") if isinstance(w.get("state"), dict) else None
+            if not images[0] and not _has_image(metadata):
+                return w, False  # no dict of w is an image: _replace_images would change nothing
+            return _replace_images(w)
+    check_depth(data, "", error=WorldLimitError)
+    return _replace_images(_prepare(data))
 
 
 def _chunk(c: Any) -> Any:
@@ -448,9 +545,7 @@ def finalize_world(data: Mapping[str, Any]) -> dict[str, Any]:
             the limit, never the value).
         WorldError: the record is malformed (the message names the field).
     """
-    check_depth(data, "", error=WorldLimitError)
-    w = _prepare(data)
-    w, dropped = _replace_images(w)
+    w, dropped = _prepare_checked(data)
     cut = _clip_world(w)
     w["images_dropped"] = bool(w.get("images_dropped")) or dropped
     w["truncated"] = bool(w.get("truncated")) or cut

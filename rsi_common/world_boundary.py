@@ -10,6 +10,7 @@ refused. Each node is visited once: the fields are disjoint and every field is s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,7 @@ from rsi_common.boundary import (
     MAX_MODEL_CHARS,
     MAX_PLAN_BYTES,
     MAX_PROVIDER_CHARS,
+    MAX_SAFE_INT,
     MAX_SYSTEM_PARTS_BYTES,
     MAX_TOOL_CALL_BYTES,
     MAX_TOOL_DEFS_BYTES,
@@ -69,17 +71,22 @@ class _Guard:
     def field(self, parent: Any, key: Any, path: str, depth: int, limit: int | _Pool) -> None:
         """Scan ``parent[key]`` (depth = its level in the world) against a limit or a shared pool."""
         if isinstance(limit, _Pool):
-            max_bytes, limit_text = limit.limit - limit.used, limit.what
+            pool: _Pool | None = limit
+            max_bytes = limit.limit - limit.used
         else:
-            max_bytes, limit_text = limit, None
-        res = scan(parent[key], path, max_bytes=max_bytes, repair=True, depth=depth, error=WorldLimitError,
-                   limit_text=limit_text)
-        if res.value is not parent[key]:
-            parent[key] = res.value
-        self.defects.extend(res.defects)
-        if isinstance(limit, _Pool):
-            limit.used += res.bytes
-        self.total += res.bytes
+            pool, max_bytes = None, limit
+        value = parent[key]
+        size = _leaf_bytes(value)
+        if size < 0 or size > max_bytes:  # a container, a bad character or number, or over: the walker
+            res = scan(value, path, max_bytes=max_bytes, repair=True, depth=depth, error=WorldLimitError,
+                       limit_text=None if pool is None else pool.what)
+            if res.value is not value:
+                parent[key] = res.value
+            self.defects.extend(res.defects)
+            size = res.bytes
+        if pool is not None:
+            pool.used += size
+        self.total += size
         if self.total > MAX_CAPTURED_WORLD_BYTES:
             raise WorldLimitError(f"{path}: the world is over the capture limit of "
                                   f"{MAX_CAPTURED_WORLD_BYTES:,} bytes")
@@ -146,6 +153,24 @@ class _Guard:
             "final_text": lambda p, k: self.field(p, k, "outcome.final_text", 3, MAX_FINAL_TEXT_BYTES),
             "transcript": lambda p, k: self.items(p, k, "outcome.transcript", 3, MAX_MESSAGE_BYTES),
         }, self.other)
+
+
+def _leaf_bytes(v: Any) -> int:
+    """The size :func:`~rsi_common.boundary.scan` measures for a leaf it would accept as is (an ASCII
+    string without U+0000, a bool, None, an integer within ±``MAX_SAFE_INT``, a finite float); ``-1``
+    for anything else, which the walker itself checks (docs/performance/turn-checks.md)."""
+    t = type(v)
+    if t is str:
+        return len(v) + 2 if v.isascii() and "\x00" not in v else -1
+    if v is None or v is True:
+        return 4
+    if v is False:
+        return 5
+    if t is int:
+        return len(int.__repr__(v)) if -MAX_SAFE_INT <= v <= MAX_SAFE_INT else -1
+    if t is float:
+        return len(float.__repr__(v)) if math.isfinite(v) else -1
+    return -1
 
 
 def _id(value: Any, path: str) -> None:
