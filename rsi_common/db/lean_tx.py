@@ -70,6 +70,8 @@ def run_driver_sql(conn: Connection, statement: str, params: Sequence[Any] | Map
 
     Raises:
         sqlalchemy.exc.DBAPIError: the driver's error, as ``Connection.execute`` raises it.
+        sqlalchemy.exc.StatementError: the driver could not adapt a value (e.g. psycopg's JSON
+            dump of a value that is not JSON), the original error as ``orig``.
     """
     if not isinstance(conn, LeanConnection) and not conn.in_transaction():
         conn.begin()
@@ -87,8 +89,13 @@ def execute_on_cursor(conn: Connection, statement: str,
         if events:
             for fn in conn.dispatch.before_cursor_execute:
                 statement, params = fn(conn, cursor, statement, params, None, False)
-        cursor.execute(statement, params)
-        rows: list[Any] = list(cursor.fetchall()) if cursor.description is not None else []
+        try:
+            cursor.execute(statement, params)
+            rows: list[Any] = list(cursor.fetchall()) if cursor.description is not None else []
+        except conn.dialect.loaded_dbapi.Error:
+            raise
+        except Exception as err:  # the driver's adapter refused a value (psycopg's Json dumps late)
+            raise sa_exc.StatementError(str(err), statement, params, err) from err
         if events:
             conn.dispatch.after_cursor_execute(conn, cursor, statement, params, None, False)
     except conn.dialect.loaded_dbapi.Error as err:
