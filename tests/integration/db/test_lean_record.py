@@ -58,11 +58,12 @@ def _rows(engine: Engine, prefix: str) -> list[Any]:
             text = ", ".join(f"CAST({c['name']} AS TEXT)" for c in cols)
             key = "id" if table == "rsi_agents" else "agent_id"
             like = {"p": prefix + "%"}
-            result = conn.execute(sa.text(f"SELECT {text} FROM {table} WHERE {key} LIKE :p ORDER BY {order}"), like)
+            where = f"FROM {table} WHERE {key} LIKE :p"
+            result = conn.execute(sa.text(f"SELECT {text} {where} ORDER BY {order}"), like)
             for row in result:
                 out.append((table, [str(v).replace(prefix, "", 1) if v is not None else None for v in row]))
             marked_only = " AND enqueued_at IS NOT NULL" if table == "rsi_worlds" else ""
-            marked = conn.execute(sa.text(f"SELECT count(*) FROM {table} WHERE {key} LIKE :p{marked_only}"), like)
+            marked = conn.execute(sa.text(f"SELECT count(*) {where}{marked_only}"), like)
             out.append((table, "count", marked.scalar()))
     return out
 
