@@ -1,5 +1,6 @@
-"""The lean record transaction (rsi_common/db/lean_tx.py, docs/performance/record-path.md#the-lean-
-transaction) against ``engine.begin()`` with the Core statements, on SQLite and PostgreSQL: the same
+"""The lean record transaction (rsi_common/db/lean_tx.py,
+docs/performance/record-path.md#the-lean-transaction) against ``engine.begin()`` with the Core
+statements, on SQLite and PostgreSQL: the same
 generated turns (repeats, a frozen agent, absent and ``None`` fields, non-ASCII, retention) store
 byte-identical rows (every column cast to text, JSON included) and return the same answers; a value
 the JSON serialiser refuses, a constraint the database refuses and a failure in the middle of the
