@@ -48,6 +48,7 @@ from rsi_common.boundary import MAX_HARNESS_VERSION_CHARS, check_id, check_label
 from rsi_common.config import Settings
 from rsi_common.coord import Coordinator
 from rsi_common.credentials import describe, find_in, safe_repr
+from rsi_common.db.lean_tx import lean_begin
 from rsi_common.db.record import (
     RETENTION_EVERY,
     mark_handed_off,
@@ -422,12 +423,13 @@ class RsiClient:
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Connection]:
-        """One record transaction on a Core connection; the hand-off marks that are due ride on it
+        """One record transaction (:func:`~rsi_common.db.lean_tx.lean_begin`: no SQLAlchemy
+        transaction objects, the engine's events kept); the hand-off marks that are due ride on it
         (put back if it fails)."""
         marks = self._marks.take()
         skipped: list[str] = []
         try:
-            with self.engine.begin() as conn:
+            with lean_begin(self.engine) as conn:
                 yield conn
                 if marks:  # last: the rows it locks are never held while this transaction waits
                     skipped = _mark(conn, marks)

@@ -48,6 +48,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from rsi_common.db.lean_tx import execute_on_cursor
+
 try:
     import fcntl
 except ImportError:  # not POSIX: the busy handler alone
@@ -130,8 +132,8 @@ def make_engine(url: str | sa.URL, **kwargs: Any) -> Engine:
             raise ValueError(f"sqlite_begin must be one of {_BEGIN_MODES}, got {mode!r}")
         if mode != "DEFERRED":
             writers.enter(conn)
-        try:
-            conn.exec_driver_sql(f"BEGIN {mode}")
+        try:  # on the DB-API cursor, the cursor events fired: no execution context for a BEGIN
+            execute_on_cursor(conn, f"BEGIN {mode}", ())
         except BaseException:
             writers.leave(conn.info)
             raise

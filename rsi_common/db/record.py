@@ -22,8 +22,8 @@ off, own loop). Both run on the caller's connection inside its transaction and n
 Run retention is left to :func:`~rsi_common.db.runs.start_run`, which applies it when a run row is
 made; the own-loop path, which makes a ``skipped`` run row itself, applies it too.
 
-Statements 1–3 run as SQL compiled once per engine dialect where the dialect has positional
-parameters (SQLite; :mod:`rsi_common.db.plain_sql`), the Core constructs otherwise (PostgreSQL).
+Statements 1–3 run as SQL compiled once per engine dialect (:mod:`rsi_common.db.plain_sql`) on the
+connection's DB-API cursor; the rare ones as Core constructs on the same connection.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection, CursorResult, Dialect
+from sqlalchemy.engine import Connection, Dialect
 
 from rsi_common.db.models import AgentRow, RunRow, TrajectoryRow, WorldRow
 from rsi_common.db.plain_sql import PlainStatement, plain
@@ -141,7 +141,7 @@ _plain_cache: weakref.WeakKeyDictionary[Dialect, dict[str, PlainStatement]] = we
 
 def _plain_statements(dialect: Dialect) -> dict[str, PlainStatement]:
     """The :data:`_PLAIN` statements compiled for this engine's dialect (its JSON serialiser
-    included); empty for a dialect without positional parameters (PostgreSQL: Core runs them)."""
+    included); a statement that cannot be compiled so is left out (Core runs it)."""
     found = _plain_cache.get(dialect)
     if found is None:
         st = _statements(dialect.name)
@@ -151,12 +151,14 @@ def _plain_statements(dialect: Dialect) -> dict[str, PlainStatement]:
     return found
 
 
-def _execute(conn: Connection, name: str, params: Mapping[str, Any]) -> CursorResult[Any]:
-    """Run one of the record path's statements: compiled driver SQL when there is one, else Core."""
+def _execute(conn: Connection, name: str, params: Mapping[str, Any]) -> list[Any]:
+    """Run one of the record path's statements: compiled driver SQL when there is one, else Core;
+    the rows it returned (indexed by position)."""
     fast = _plain_statements(conn.dialect).get(name)
     if fast is not None:
         return fast.run(conn, params)
-    return conn.execute(_statements(conn.dialect.name)[name], dict(params))
+    result = conn.execute(_statements(conn.dialect.name)[name], dict(params))
+    return list(result) if result.returns_rows else []
 
 
 def _trajectory_default(key: str) -> Any:
@@ -167,6 +169,12 @@ def _trajectory_default(key: str) -> Any:
         return None
     arg = getattr(default, "arg", None)
     return arg(None) if callable(arg) else arg
+
+
+_CONSTANT_DEFAULTS = {k: _trajectory_default(k) for k in _TRAJECTORY_FIELDS
+                      if not isinstance(_trajectory_default(k), (dict, list))}
+"""The trajectory defaults that can be shared between calls (``None``, numbers); a ``{}`` or ``[]``
+default is made anew per call (:func:`_trajectory_default`)."""
 
 
 def mark_handed_off(conn: Connection, world_ids: Sequence[str]) -> int:
@@ -194,8 +202,8 @@ def unmarked(conn: Connection, world_ids: Sequence[str]) -> list[str]:
 
 
 def _upsert_agent(conn: Connection, agent_id: str) -> AgentTurn:
-    row = _execute(conn, "upsert", {"agent_id": agent_id, "empty_state": {}}).one()
-    return AgentTurn(bool(row.frozen), row.current_version, int(row.turns))
+    (frozen, version, turns), = _execute(conn, "upsert", {"agent_id": agent_id, "empty_state": {}})
+    return AgentTurn(bool(frozen), version, int(turns))
 
 
 def _save_trajectory(conn: Connection, record: Mapping[str, Any]) -> None:
@@ -205,7 +213,8 @@ def _save_trajectory(conn: Connection, record: Mapping[str, Any]) -> None:
         values["error"] = str(values["error"])[:300]
     values["id"] = str(record["trajectory_id"])
     if "trajectory_all" in _plain_statements(conn.dialect):  # every column bound: the defaults here
-        every = {k: values[k] if k in values else _trajectory_default(k) for k in _TRAJECTORY_FIELDS}
+        every = {k: values[k] if k in values else _CONSTANT_DEFAULTS[k] if k in _CONSTANT_DEFAULTS
+                 else _trajectory_default(k) for k in _TRAJECTORY_FIELDS}
         _execute(conn, "trajectory_all", {"id": values["id"], **every})
         return
     conn.execute(_statements(conn.dialect.name)["trajectory"], values)
@@ -257,9 +266,10 @@ def record_world_turn(
         "replayable": bool(world.get("replayable", True)), "clock": float(world["clock"]),
         "bytes": int(world.get("bytes") or 0), "frozen": agent.frozen,
     }
-    row = _execute(conn, "world", params).one_or_none()
-    if row is not None:
-        stored = StoredWorld(row.id, io, int(row.seq), bool(row.replayable), True)
+    rows = _execute(conn, "world", params)
+    if rows:
+        (world_id, seq, replayable), = rows
+        stored = StoredWorld(world_id, io, int(seq), bool(replayable), True)
     else:  # the turn was recorded before: idempotent
         old = conn.execute(st["existing"], {"agent_id": agent_id, "io_id": io}).one()
         stored = StoredWorld(old.id, io, int(old.seq), bool(old.replayable), False)

@@ -2,7 +2,7 @@
 docs/performance/record-path.md#sqlalchemys-share) against the Core statements it replaces: the same
 generated turns recorded through each on its own SQLite file store byte-identical rows (JSON text
 included) and return the same answers; a value a bind processor refuses fails the same way; and
-PostgreSQL's dialect keeps the Core statements."""
+PostgreSQL's dialect compiles them with psycopg's named placeholders."""
 
 from __future__ import annotations
 
@@ -142,7 +142,12 @@ def test_a_value_the_bind_processor_refuses_fails_as_in_core(
     assert "not JSON serializable" in str(fast) and "not JSON serializable" in str(core)
 
 
-def test_postgresql_keeps_the_core_statements() -> None:
+def test_postgresql_compiles_the_steady_statements_with_named_parameters() -> None:
     dialect = postgresql.psycopg.dialect()  # type: ignore[attr-defined,unused-ignore]
     statements = record_mod._statements("postgresql")
-    assert all(plain(statements[name], dialect) is None for name in ("upsert", "world", "trajectory_all"))
+    for name in ("upsert", "world", "trajectory_all"):
+        compiled = plain(statements[name], dialect)
+        assert compiled is not None and compiled.names is not None
+        assert all(f"%({n})s" in compiled.sql for n in compiled.names)  # every slot has its placeholder
+    world = plain(statements["world"], dialect)
+    assert world is not None and "%(world)s::JSON" in world.sql
