@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.engine import Connection, CursorResult, Dialect
 from sqlalchemy.exc import StatementError
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement
@@ -46,15 +46,13 @@ class PlainStatement:
     """The placeholder of each slot for a named parameter style (psycopg's ``%(name)s``);
     ``None``: positional (SQLite's ``?``)."""
 
-    def run(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
-        """Execute with ``params`` (every key of the statement; a missing one raises ``KeyError``)
-        on ``conn``'s DB-API cursor (:func:`~rsi_common.db.lean_tx.run_driver_sql`: the engine's
-        cursor events fire); returns the rows as the driver returns them (tuples).
+    def bind(self, params: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
+        """The driver parameters for ``params`` (every key of the statement; a missing one raises
+        ``KeyError``): a tuple for a positional style, a dict for a named one.
 
         Raises:
             sqlalchemy.exc.StatementError: a bind processor refused a value (e.g. not JSON), with
                 the original exception as ``orig`` — as ``Connection.execute`` raises it.
-            sqlalchemy.exc.DBAPIError: the driver's error, as ``Connection.execute`` raises it.
         """
         values = []
         try:
@@ -69,8 +67,24 @@ class PlainStatement:
         except Exception as exc:  # as Core reports a value its bind processor refuses
             raise StatementError(str(exc), self.sql, dict(params), exc) from exc
         if self.names is None:
-            return run_driver_sql(conn, self.sql, tuple(values))
-        return run_driver_sql(conn, self.sql, dict(zip(self.names, values, strict=True)))
+            return tuple(values)
+        return dict(zip(self.names, values, strict=True))
+
+    def run(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
+        """Execute with ``params`` (:meth:`bind`) on ``conn``'s DB-API cursor
+        (:func:`~rsi_common.db.lean_tx.run_driver_sql`: the engine's cursor events fire); returns
+        the rows as the driver returns them (tuples).
+
+        Raises:
+            sqlalchemy.exc.StatementError: as :meth:`bind`.
+            sqlalchemy.exc.DBAPIError: the driver's error, as ``Connection.execute`` raises it.
+        """
+        return run_driver_sql(conn, self.sql, self.bind(params))
+
+    def execute(self, conn: Connection, params: Mapping[str, Any]) -> CursorResult[Any]:
+        """As :meth:`run`, through ``Connection.exec_driver_sql``: a result with ``rowcount`` and
+        SQLAlchemy's row methods, for callers that need them."""
+        return conn.exec_driver_sql(self.sql, self.bind(params))
 
 
 def plain(statement: ClauseElement, dialect: Dialect) -> PlainStatement | None:

@@ -112,7 +112,7 @@ _plain_cache: weakref.WeakKeyDictionary[Dialect, dict[str, PlainStatement]] = we
 
 def _plain_statements(dialect: Dialect) -> dict[str, PlainStatement]:
     """The :data:`PLAIN` statements compiled for this engine's dialect (its JSON serialiser included);
-    empty for a dialect without positional parameters (PostgreSQL: Core runs them)."""
+    a statement :func:`plain` cannot compile is left out (Core runs it)."""
     found = _plain_cache.get(dialect)
     if found is None:
         st = statements(dialect.name)
@@ -124,8 +124,8 @@ def _plain_statements(dialect: Dialect) -> dict[str, PlainStatement]:
 
 def run(conn: Connection, name: str, params: Mapping[str, Any]) -> CursorResult[Any]:
     """Run the statement ``name`` of :class:`QuietStatements` with ``params``: as driver SQL where
-    compiled (its rows then hold a boolean as ``0``/``1``), else the Core construct."""
+    compiled (on SQLite its rows then hold a boolean as ``0``/``1``), else the Core construct."""
     fast = _plain_statements(conn.dialect).get(name)
     if fast is not None:
-        return fast.run(conn, params)
+        return fast.execute(conn, params)
     return conn.execute(getattr(statements(conn.dialect.name), name), dict(params))
