@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import instance_state
 
 from rsi_common.db.agents import add_harness, lock_agent
+from rsi_common.db.engine import EncodedJSON
 from rsi_common.db.models import RUN_STATUSES, AgentRow, ReplayRow, RunRow
 from rsi_common.db.regressions import add_regressions
 from rsi_common.db.sqltypes import db_ago, db_now
@@ -161,10 +162,11 @@ def _set_running_field(session: Session, run_id: str, **values: Any) -> bool:
     return bool(getattr(result, "rowcount", 0))
 
 
-def set_run_params(session: Session, run_id: str, params: Mapping[str, Any]) -> bool:
+def set_run_params(session: Session, run_id: str, params: Mapping[str, Any] | EncodedJSON) -> bool:
     """Store the round parameters (docs/algorithm/consolidation.md §3.3 step 10) on a ``running`` run; False
-    if it is closed."""
-    return _set_running_field(session, run_id, params=dict(params))
+    if it is closed. ``params`` may be encoded already (``engine.encode_json``: before the write turn)."""
+    value = params if isinstance(params, EncodedJSON) else dict(params)
+    return _set_running_field(session, run_id, params=value)
 
 
 def set_run_drafts(session: Session, run_id: str, drafts: Mapping[str, Any]) -> bool:

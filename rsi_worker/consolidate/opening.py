@@ -20,7 +20,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from rsi_common.coord import Lease
-from rsi_common.db import get_agent, set_run_params, start_run, update_signals
+from rsi_common.db import get_agent, set_run_params, start_run, touch_regressions, update_signals
+from rsi_common.db.engine import encode_json
 from rsi_common.errors import InvalidInput
 from rsi_common.harness import H0_VERSION
 from rsi_worker.consolidate.context import Deps, RoundContext
@@ -36,6 +37,8 @@ from rsi_worker.roles.signal import implicit_signal
 
 __all__ = ["KIND_CONSOLIDATE", "MAX_KIND_CHARS", "open_row", "open_step"]
 
+_READ = {"sqlite_begin": "DEFERRED"}
+"""Execution options of a read transaction (no write turn on SQLite, rsi_common/db/engine.py)."""
 KIND_CONSOLIDATE = "consolidate"
 """Run kind of a host-triggered run (and of its re-runs)."""
 MAX_KIND_CHARS = 32
@@ -86,6 +89,9 @@ def open_step(deps: Deps, ctx: RoundContext) -> Next:
     t0 = time.monotonic()
     params = deps.params
     with deps.sessions() as session:
+        # reads take no write turn; each write below has a short transaction of its own
+        # (docs/performance/consolidation.md#short-write-transactions)
+        session.connection(execution_options=_READ)
         agent = get_agent(session, ctx.agent_id)
         if agent.frozen:
             return final(ctx, "skipped", "agent is frozen", t0)
@@ -103,8 +109,8 @@ def open_step(deps: Deps, ctx: RoundContext) -> Next:
         # the incumbent's version is its stored id (H0's when none); its payload is read and
         # tamper-checked only where it is replayed
         ctx.inc_version = ctx.start_version or H0_VERSION
-        session.commit()
         _read_implicit(deps, session, ctx, pool)
+        session.connection(execution_options=_READ)  # _decide's reads (its one write: its own turn)
         return _decide(deps, session, ctx, state, pool, t0)
 
 
@@ -229,8 +235,9 @@ def _decide(
     ctx.worlds = [w.id for w in chosen]
     ctx.fresh = sorted(fresh & set(ctx.worlds))
     ctx.checks = {w.id: checks[w.id] for w in chosen}
+    used: list[str] = []
     lessons, lesson_checks, ctx.lessons = add_lessons(session, ctx.agent_id, ctx.start_version, ctx.worlds,
-                                                      params.regression_worlds)
+                                                      params.regression_worlds, used)
     ctx.worlds += [w.id for w in lessons]
     ctx.checks.update(lesson_checks)
     evaluated: list[Any] = [*chosen, *lessons]
@@ -238,6 +245,9 @@ def _decide(
                            params.k)
     ctx.slots["incumbent"] = [s.to_json() for s in slots]
     ctx.phase = "incumbent"
-    set_run_params(session, ctx.run_id, ctx.to_json())
+    encoded = encode_json(ctx.to_json())  # before the write turn
+    session.commit()  # end the reads
+    touch_regressions(session, used)  # the lessons replayed are marked used, with the context
+    set_run_params(session, ctx.run_id, encoded)
     session.commit()
     return Next("trials", ctx, slots=slots)
