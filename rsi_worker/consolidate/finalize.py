@@ -25,6 +25,7 @@ from rsi_common.db import (
     replay_rows,
     run_id_at_fence,
 )
+from rsi_common.db.engine import encode_json
 from rsi_common.errors import CoordinationError
 from rsi_common.handoff import COORD_ERRORS
 from rsi_common.stored import StoredDataError, error_record, safe_text
@@ -148,20 +149,24 @@ def finalize(
     result.usage = run_usage(ctx, rows, drafts)
     result.spend = {**spend_summary(result.usage, rows), **result.spend}
     result.state = build_state(deps, ctx, result, start, rows)
+    # the large documents encoded before the write turn; the write holds it for the database clock,
+    # the Core statements of final_write and the tree charge (the summary, which carries the run's
+    # seconds by that clock, is encoded there: a few KB)
+    state = encode_json(result.state) if result.state is not None else None
+    adoption = None
+    if result.adopted and result.payload is not None and result.version is not None:
+        adoption = Adoption(result.version, encode_json(result.payload), summary=None,
+                            regressions=lessons, regression_bound=deps.params.regression_worlds)
     with deps.sessions() as session:
         now = session.execute(sa.select(db_now())).scalar_one()
         result.seconds = max(0.0, (now - started_at).total_seconds())  # the run's wall time
-        adoption = None
-        if result.adopted and result.payload is not None and result.version is not None:
-            adoption = Adoption(result.version, result.payload, summary=result.summary(),
-                                regressions=lessons, regression_bound=deps.params.regression_worlds)
         written = final_write(
             session,
             ctx.run_id,
             status=result.status,
             reason=result.reason,
-            result=result.summary(),
-            state=result.state,
+            result=result.summary(),  # also the harness row's summary (Adoption.summary=None)
+            state=state,
             adoption=adoption,
             error=result.error,
         )
