@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import instance_state
 
-from rsi_common.db.agents import lock_agent
+from rsi_common.db.agents import lock_agent, lock_agent_version
 from rsi_common.db.engine import EncodedJSON
 from rsi_common.db.fenced_write import Fenced, applied_write, encoded, fenced_rows
 from rsi_common.db.models import RUN_STATUSES, AgentRow, ReplayRow, RunRow
@@ -113,7 +113,7 @@ def start_run(
     Raises:
         UnknownAgentError: no such agent.
     """
-    agent = lock_agent(session, agent_id)
+    start_version = lock_agent_version(session, agent_id)  # the lock; the state is not decoded
     existing = session.execute(
         sa.select(RunRow)
         .where(_at_fence(agent_id, fence))
@@ -127,7 +127,7 @@ def start_run(
         kind=kind,
         io_id=io_id,
         status="running",
-        start_version=agent.current_version,
+        start_version=start_version,
         fence=fence,
     )
     session.add(row)
