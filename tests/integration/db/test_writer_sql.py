@@ -59,7 +59,8 @@ def test_core_final_write_adopts_with_encoded_payload(factory: sessionmaker[Sess
                            state={"t": 1}, error=None,
                            adoption=Adoption("sha256:v1", encode_json(PAYLOAD), regressions=[lesson]))
     assert done.outcome == "adopted" and done.run.adopted_version == "sha256:v1"
-    assert (done.agent.current_version, done.agent.applied_fence, done.agent.state) == ("sha256:v1", 3, {"t": 1})
+    agent = done.agent
+    assert (agent.current_version, agent.applied_fence, agent.state) == ("sha256:v1", 3, {"t": 1})
     with factory.begin() as s:
         (row,) = lineage(s, "a1")
         assert (row.payload, row.parent_version, row.run_id) == (PAYLOAD, None, run.id)
