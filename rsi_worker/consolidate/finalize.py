@@ -95,14 +95,15 @@ def build_state(
 
 
 def _lesson_entries(session: Any, ctx: RoundContext) -> list[dict[str, Any]]:
-    """The lessons the winner learned, with a copy of each world (docs/consolidation/regression.md)."""
+    """The lessons the winner learned, with a copy of each world (docs/consolidation/regression.md),
+    encoded here: before the final write's turn."""
     from rsi_worker.consolidate.context import load_world
 
     out = []
     for item in ctx.round.judged.learned if ctx.round.judged is not None else ():
         world = load_world(session, item.world_id, ctx.agent_id)
         if world is not None:
-            out.append({**item.to_json(), "world": world.data, "signals": world.signals,
+            out.append({**item.to_json(), "world": encode_json(world.data), "signals": world.signals,
                         "interaction_id": world.interaction_id, "seq": world.seq})
     return out
 

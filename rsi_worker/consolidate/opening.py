@@ -20,14 +20,16 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from rsi_common.coord import Lease
-from rsi_common.db import get_agent, set_run_params, start_run, touch_regressions, update_signals
+from rsi_common.db import get_agent, set_run_params, touch_regressions, update_signals
 from rsi_common.db.engine import encode_json
+from rsi_common.db.run_open import open_run_row
+from rsi_common.db.runs import new_run_id
 from rsi_common.errors import InvalidInput
 from rsi_common.harness import H0_VERSION
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.evaluate import plan_incumbent
 from rsi_worker.consolidate.outcome import Next, final
-from rsi_worker.consolidate.refining import operator_checks, refine_of, run_kind
+from rsi_worker.consolidate.refining import is_refine_io, operator_checks, refine_of, run_kind
 from rsi_worker.consolidate.regression import add_lessons
 from rsi_worker.consolidate.signals import checks_for, negative, unread_pairs
 from rsi_worker.consolidate.spend import charge, usage_tokens
@@ -139,14 +141,25 @@ def _open_row(
     deps: Deps, session: Session, lease: Lease, *, force: bool, kind: str
 ) -> tuple[RoundContext, bool]:
     kind = run_kind(lease.io, kind)  # a refine's lease names its request (docs/runtime/refine.md)
-    run = start_run(session, lease.agent, fence=lease.fence, io_id=lease.io, kind=kind,
-                    retention=deps.settings.run_retention)
-    ctx = RoundContext(run_id=run.id, agent_id=lease.agent, fence=lease.fence, token=lease.token,
-                       io_id=lease.io, start_version=run.start_version, early_stop=deps.params.early_stop,
-                       force=bool(force), refine=refine_of(session, lease.agent, lease.io))
-    running = run.status == "running"
-    if running and run.params is None:
-        set_run_params(session, run.id, ctx.to_json())
+    refine: dict[str, Any] = {}
+    if is_refine_io(lease.io):  # its stored request, read before the write turn
+        session.connection(execution_options=_READ)
+        refine = refine_of(session, lease.agent, lease.io)
+        session.commit()
+
+    def context(run_id: str, start_version: str | None) -> RoundContext:
+        return RoundContext(run_id=run_id, agent_id=lease.agent, fence=lease.fence, token=lease.token,
+                            io_id=lease.io, start_version=start_version, early_stop=deps.params.early_stop,
+                            force=bool(force), refine=refine)
+
+    new_id = new_run_id()
+    opened = open_run_row(session, lease.agent, fence=lease.fence, io_id=lease.io, kind=kind, run_id=new_id,
+                          params=lambda version: context(new_id, version).to_json(),
+                          retention=deps.settings.run_retention)
+    ctx = context(opened.id, opened.start_version)
+    running = opened.status == "running"
+    if running and not opened.has_params:
+        set_run_params(session, opened.id, ctx.to_json())
     session.commit()
     return ctx, running
 
