@@ -130,11 +130,10 @@ def add_regressions(
             "world": e["world"] if isinstance(e["world"], EncodedJSON) else dict(e["world"]),
             "signals": dict(e.get("signals") or {}), "interaction_id": str(e.get("interaction_id") or ""),
             "seq": int(e.get("seq") or 0), "checks": [dict(c) for c in e["checks"]],
-            "created_at": db_now(), "last_used_at": db_now(),
         })
-    if rows:  # one Core statement (no ORM unit of work)
-        table: Any = RegressionRow.__table__
-        session.execute(sa.insert(table).values(rows))
+    if rows:  # one cached Core statement, executemany (no ORM unit of work); the clock columns by
+        table: Any = RegressionRow.__table__  # their defaults, db_now()
+        session.execute(sa.insert(table), rows)
     ordered = list(
         session.execute(
             sa.select(RegressionRow.id)
