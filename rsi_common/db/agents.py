@@ -119,6 +119,21 @@ def get_harness(session: Session, agent_id: str, version: str) -> HarnessRow:
     return row
 
 
+def lock_agent_version(session: Session, agent_id: str) -> str | None:
+    """:func:`lock_agent` reading the ``current_version`` column only (no state decoded, no ORM row).
+
+    Raises:
+        InputLimitError: the id breaks the id grammar.
+        UnknownAgentError: no such agent.
+    """
+    _check_id(agent_id)
+    found = session.execute(
+        sa.select(AgentRow.current_version).where(AgentRow.id == agent_id).with_for_update()).one_or_none()
+    if found is None:
+        raise UnknownAgentError(f"unknown agent {safe_repr(agent_id)}")
+    return found[0]
+
+
 def add_harness(
     session: Session,
     agent_id: str,

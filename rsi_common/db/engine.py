@@ -55,7 +55,10 @@ try:
 except ImportError:  # not POSIX: the busy handler alone
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["DEFAULT_POOL_SIZE", "SQLITE_BUSY_TIMEOUT_MS", "make_engine", "session_factory"]
+__all__ = [
+    "DEFAULT_POOL_SIZE", "SQLITE_BUSY_TIMEOUT_MS", "EncodedJSON", "encode_json", "make_engine",
+    "session_factory",
+]
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for the write lock before failing."""
@@ -69,9 +72,29 @@ DEFAULT_POOL_SIZE = 16
 
 _BEGIN_MODES = ("DEFERRED", "IMMEDIATE", "EXCLUSIVE")
 
-json_dumps = functools.partial(json.dumps, allow_nan=False)
-"""Serializer of JSON columns: NaN and infinities are refused on every backend (PostgreSQL's ``json``
-refuses them; SQLite would store them silently)."""
+_dumps = functools.partial(json.dumps, allow_nan=False)
+
+
+class EncodedJSON:
+    """A JSON column value encoded already (:func:`encode_json`), bound as its text: a writer
+    encodes large documents before ``BEGIN`` so the write turn is not held while Python encodes
+    (docs/performance/consolidation.md#short-write-transactions)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def encode_json(value: Any) -> EncodedJSON:
+    """``value`` encoded as a JSON column would be (NaN and infinities refused: ``ValueError``)."""
+    return EncodedJSON(_dumps(value))
+
+
+def json_dumps(value: Any) -> str:
+    """Serializer of JSON columns: NaN and infinities are refused on every backend (PostgreSQL's
+    ``json`` refuses them; SQLite would store them silently); an :class:`EncodedJSON` is its text."""
+    return value.text if type(value) is EncodedJSON else _dumps(value)
 
 
 def make_engine(url: str | sa.URL, **kwargs: Any) -> Engine:

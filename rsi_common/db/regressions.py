@@ -16,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from rsi_common.db.engine import EncodedJSON
 from rsi_common.db.models import HarnessRow, RegressionRow
 from rsi_common.db.sqltypes import db_now
 
@@ -104,7 +105,8 @@ def add_regressions(
     same ``(version, world_id)`` is left as it is.
 
     Args:
-        entries: ``{world_id, lesson, world, signals, interaction_id, seq, checks}`` each.
+        entries: ``{world_id, lesson, world, signals, interaction_id, seq, checks}`` each; ``world``
+            may be encoded already (``engine.encode_json``: before the write turn).
         bound: lessons kept per agent (0 keeps none).
 
     Returns:
@@ -117,26 +119,21 @@ def add_regressions(
             )
         ).scalars()
     )
+    rows = []
     for e in entries:
         if e["world_id"] in have:
             continue
         have.add(e["world_id"])
-        session.add(
-            RegressionRow(
-                id="rg_" + secrets.token_hex(12),
-                agent_id=agent_id,
-                version=version,
-                run_id=run_id,
-                world_id=e["world_id"],
-                lesson=str(e["lesson"])[:LESSON_CHARS],
-                world=dict(e["world"]),
-                signals=dict(e.get("signals") or {}),
-                interaction_id=str(e.get("interaction_id") or ""),
-                seq=int(e.get("seq") or 0),
-                checks=[dict(c) for c in e["checks"]],
-            )
-        )
-    session.flush()
+        rows.append({
+            "id": "rg_" + secrets.token_hex(12), "agent_id": agent_id, "version": version, "run_id": run_id,
+            "world_id": e["world_id"], "lesson": str(e["lesson"])[:LESSON_CHARS],
+            "world": e["world"] if isinstance(e["world"], EncodedJSON) else dict(e["world"]),
+            "signals": dict(e.get("signals") or {}), "interaction_id": str(e.get("interaction_id") or ""),
+            "seq": int(e.get("seq") or 0), "checks": [dict(c) for c in e["checks"]],
+        })
+    if rows:  # one cached Core statement, executemany (no ORM unit of work); the clock columns by
+        table: Any = RegressionRow.__table__  # their defaults, db_now()
+        session.execute(sa.insert(table), rows)
     ordered = list(
         session.execute(
             sa.select(RegressionRow.id)

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from rsi_common.db.engine import EncodedJSON, encode_json
 from rsi_common.db.models import ReplayRow, ReplaySource, ReplayStatus
 from rsi_common.errors import InvalidInput
 
@@ -101,13 +102,33 @@ def _trial_values(run_id: str, candidate: str, world_id: str, trial: int, status
     }
 
 
+_INSERTS: dict[str, Any] = {}
+
+
+def _insert_statement(dialect: str) -> Any:
+    """The slot insert of ``dialect``, built once: a Core statement on the table with bound
+    parameters (no per-call statement building or ORM insert path)."""
+    stmt = _INSERTS.get(dialect)
+    if stmt is None:
+        table: Any = ReplayRow.__table__
+        insert: Any = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        stmt = _INSERTS[dialect] = (
+            insert(table).values({c: sa.bindparam(c, type_=table.c[c].type)
+                                  for c in (*_KEY, "source", "status", "reward", "weight", "tokens",
+                                            "result")})
+            .on_conflict_do_nothing(index_elements=_KEY).returning(table.c.id))
+    return stmt
+
+
 def _insert_if_absent(session: Session, values: Mapping[str, Any]) -> bool:
-    """``INSERT … ON CONFLICT (slot) DO NOTHING RETURNING id``: whether this call inserted the row."""
-    if session.get_bind().dialect.name == "postgresql":
-        stmt: Any = postgresql.insert(ReplayRow).values(**values).on_conflict_do_nothing(index_elements=_KEY)
-    else:
-        stmt = sqlite.insert(ReplayRow).values(**values).on_conflict_do_nothing(index_elements=_KEY)
-    return session.execute(stmt.returning(ReplayRow.id)).scalar_one_or_none() is not None
+    """``INSERT … ON CONFLICT (slot) DO NOTHING RETURNING id``: whether this call inserted the row.
+    The result JSON is encoded before the statement runs (before ``BEGIN`` when the session has not
+    begun: the write turn is not held while Python encodes)."""
+    params = dict(values)
+    if params["result"] is not None and not isinstance(params["result"], EncodedJSON):
+        params["result"] = encode_json(params["result"])
+    stmt = _insert_statement(session.get_bind().dialect.name)
+    return session.execute(stmt, params).scalar_one_or_none() is not None
 
 
 _TRIAL_COLUMNS = (ReplayRow.candidate, ReplayRow.world_id, ReplayRow.trial, ReplayRow.source,

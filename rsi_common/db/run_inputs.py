@@ -15,12 +15,14 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
+from rsi_common.db.engine import EncodedJSON
 from rsi_common.db.models import Base
 from rsi_common.db.sqltypes import JSONType, UTCDateTime, db_now
 
-__all__ = ["RunInputsRow", "canonical_digest", "get_run_inputs", "save_run_inputs"]
+__all__ = ["RunInputsRow", "canonical_digest", "get_run_inputs", "insert_run_inputs", "save_run_inputs"]
 
 
 class RunInputsRow(Base):
@@ -51,6 +53,20 @@ def save_run_inputs(s: Session, run_id: str, inputs: dict[str, Any]) -> str:
     s.add(RunInputsRow(run_id=run_id, digest=digest, inputs=inputs))
     s.flush()
     return digest
+
+
+def insert_run_inputs(s: Session, run_id: str, digest: str, inputs: dict[str, Any] | EncodedJSON) -> str:
+    """:func:`save_run_inputs` in one statement for a caller that computed ``digest`` (and encoded
+    ``inputs``, :func:`~rsi_common.db.engine.encode_json`) before its transaction:
+    ``INSERT … ON CONFLICT (run_id) DO NOTHING``; the stored digest is read only when the row was
+    stored already. Returns the stored digest. The caller commits."""
+    table: Any = RunInputsRow.__table__
+    insert: Any = postgresql.insert if s.get_bind().dialect.name == "postgresql" else sqlite.insert
+    stmt = (insert(table).values(run_id=run_id, digest=digest, inputs=inputs, created_at=db_now())
+            .on_conflict_do_nothing(index_elements=["run_id"]).returning(table.c.run_id))
+    if s.execute(stmt).scalar_one_or_none() is not None:
+        return digest
+    return str(s.execute(sa.select(table.c.digest).where(table.c.run_id == run_id)).scalar_one())
 
 
 def get_run_inputs(s: Session, run_id: str) -> RunInputsRow | None:

@@ -9,6 +9,7 @@ lock its agent first (:func:`~rsi_common.db.agents.lock_agent`) and re-read the 
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import instance_state
 
-from rsi_common.db.agents import add_harness, lock_agent
+from rsi_common.db.agents import lock_agent, lock_agent_version
+from rsi_common.db.engine import EncodedJSON
+from rsi_common.db.fenced_write import Fenced, applied_write, encoded, fenced_rows
 from rsi_common.db.models import RUN_STATUSES, AgentRow, ReplayRow, RunRow
 from rsi_common.db.regressions import add_regressions
 from rsi_common.db.sqltypes import db_ago, db_now
@@ -110,7 +113,7 @@ def start_run(
     Raises:
         UnknownAgentError: no such agent.
     """
-    agent = lock_agent(session, agent_id)
+    start_version = lock_agent_version(session, agent_id)  # the lock; the state is not decoded
     existing = session.execute(
         sa.select(RunRow)
         .where(_at_fence(agent_id, fence))
@@ -124,7 +127,7 @@ def start_run(
         kind=kind,
         io_id=io_id,
         status="running",
-        start_version=agent.current_version,
+        start_version=start_version,
         fence=fence,
     )
     session.add(row)
@@ -161,10 +164,11 @@ def _set_running_field(session: Session, run_id: str, **values: Any) -> bool:
     return bool(getattr(result, "rowcount", 0))
 
 
-def set_run_params(session: Session, run_id: str, params: Mapping[str, Any]) -> bool:
+def set_run_params(session: Session, run_id: str, params: Mapping[str, Any] | EncodedJSON) -> bool:
     """Store the round parameters (docs/algorithm/consolidation.md §3.3 step 10) on a ``running`` run; False
-    if it is closed."""
-    return _set_running_field(session, run_id, params=dict(params))
+    if it is closed. ``params`` may be encoded already (``engine.encode_json``: before the write turn)."""
+    value = params if isinstance(params, EncodedJSON) else dict(params)
+    return _set_running_field(session, run_id, params=value)
 
 
 def set_run_drafts(session: Session, run_id: str, drafts: Mapping[str, Any]) -> bool:
@@ -208,8 +212,8 @@ class Adoption:
 
     version: str
     """Content-addressed version id of ``payload``."""
-    payload: Mapping[str, Any]
-    """Harness payload ``{manifest, files, version}`` (docs/formats.md §5.3)."""
+    payload: Mapping[str, Any] | EncodedJSON
+    """Harness payload ``{manifest, files, version}`` (docs/formats.md §5.3), possibly encoded."""
     summary: Mapping[str, Any] | None = None
     """Stored on the ``rsi_harnesses`` row; default: the run's result."""
     regressions: Sequence[Mapping[str, Any]] = ()
@@ -261,8 +265,8 @@ def final_write(
     *,
     status: str,
     reason: str | None = None,
-    result: Mapping[str, Any] | None = None,
-    state: Mapping[str, Any] | None = None,
+    result: Mapping[str, Any] | EncodedJSON | None = None,
+    state: Mapping[str, Any] | EncodedJSON | None = None,
     adoption: Adoption | None = None,
     error: ErrorRecord | Mapping[str, Any] | None = None,
 ) -> FinalWrite:
@@ -284,6 +288,12 @@ def final_write(
        (``parent_version = start_version``; an already stored version keeps its first row),
        ``current_version`` and the lessons the winner learned (``rsi_regressions``).
 
+    Case c runs in SQLAlchemy Core (:mod:`rsi_common.db.fenced_write`): the returned rows are then
+    detached and hold the columns written (``agent.state`` only when ``state`` was given decoded).
+    ``state``, ``result`` and the adoption's payload may be given encoded
+    (:func:`~rsi_common.db.engine.encode_json`), by a caller that encodes them before its write
+    transaction begins.
+
     Args:
         session: session inside a transaction (the caller commits).
         run_id: the run.
@@ -302,42 +312,63 @@ def final_write(
         raise InvalidInput(f"final status must be one of {_FINAL_STATUSES}, got {status!r}")
     if (status == "adopted") != (adoption is not None):
         raise InvalidInput("status 'adopted' requires an adoption, and only it")
-    agent_id = session.execute(sa.select(RunRow.agent_id).where(RunRow.id == run_id)).scalar_one_or_none()
-    if agent_id is None:
+    fenced = fenced_rows(session, run_id)
+    if fenced is None:
         raise InvalidInput(f"unknown run {run_id!r}")
-    agent = lock_agent(session, agent_id)
-    run = get_run(session, run_id, for_update=True)
-    if run.fence is None:
+    if fenced.run["fence"] is None:
         raise InvalidInput(f"run {run_id!r} has no fence")
-    if run.status != "running" or agent.applied_fence >= run.fence:
+    if _applies(fenced, adoption):  # the common outcome, in Core (rsi_common/db/fenced_write.py)
+        return _applied(session, fenced, status=status, reason=reason, result=result, state=state,
+                        adoption=adoption, error=error)
+    # the rare outcomes (superseded, kept) on the ORM rows, read again under the same lock
+    summary: Mapping[str, Any] | None = json.loads(result.text) if isinstance(result, EncodedJSON) else result
+    agent = lock_agent(session, fenced.run["agent_id"])
+    run = get_run(session, run_id, for_update=True)
+    if run.status != "running" or agent.applied_fence >= (run.fence or 0):
         if run.status == "running":
             _close(run, "interrupted", SUPERSEDED_REASON, {"status": "interrupted", "reason":
                    SUPERSEDED_REASON}, None, None)
             _flush(session, run, agent)
         return FinalWrite("superseded", run, agent)
-    if adoption is not None and (agent.current_version != run.start_version or agent.frozen):
-        reason = KEPT_REASON if agent.current_version != run.start_version else FROZEN_REASON
-        kept = None if result is None else {
-            **result, "status": "kept", "reason": reason, "adopted": False,
-            "version": run.start_version,
-        }
-        _close(run, "kept", reason, kept, error, None)
-        agent.applied_fence = run.fence
-        _flush(session, run, agent)
-        return FinalWrite("kept", run, agent)
-    if state is not None:
-        agent.state = dict(state)
-    agent.applied_fence = run.fence
-    if adoption is not None:
-        add_harness(
-            session, agent_id, adoption.version, adoption.payload, parent_version=run.start_version,
-            run_id=run.id, summary=adoption.summary if adoption.summary is not None else result,
-        )
-        agent.current_version = adoption.version
-        add_regressions(session, agent_id, adoption.version, run.id, adoption.regressions,
-                        adoption.regression_bound)
-    _close(run, status, reason, result, error, adoption.version if adoption else None)
+    reason = KEPT_REASON if agent.current_version != run.start_version else FROZEN_REASON
+    kept = None if summary is None else {
+        **summary, "status": "kept", "reason": reason, "adopted": False, "version": run.start_version,
+    }
+    _close(run, "kept", reason, kept, error, None)
+    agent.applied_fence = run.fence or 0
     _flush(session, run, agent)
+    return FinalWrite("kept", run, agent)
+
+
+def _applies(fenced: Fenced, adoption: Adoption | None) -> bool:
+    """Case c of :func:`final_write`: the run is running, its fence is newer than the applied one,
+    and an adoption finds the start version current and the agent not frozen."""
+    run, agent = fenced.run, fenced.agent
+    if run["status"] != "running" or agent["applied_fence"] >= run["fence"]:
+        return False
+    return adoption is None or (agent["current_version"] == run["start_version"] and not agent["frozen"])
+
+
+def _applied(session: Session, fenced: Fenced, *, status: str, reason: str | None,
+             result: Mapping[str, Any] | EncodedJSON | None, state: Mapping[str, Any] | EncodedJSON | None,
+             adoption: Adoption | None, error: ErrorRecord | Mapping[str, Any] | None) -> FinalWrite:
+    result_json = encoded(result)
+    harness = None
+    if adoption is not None:
+        summary = result_json if adoption.summary is None else encoded(adoption.summary)
+        payload = encoded(adoption.payload)
+        assert payload is not None
+        harness = (adoption.version, payload, summary)
+    run, agent = applied_write(session, fenced, status=status, reason=reason, result=result_json,
+                               state=encoded(state), error=encoded(error), adoption=harness)
+    if adoption is not None:
+        add_regressions(session, agent.id, adoption.version, run.id, adoption.regressions,
+                        adoption.regression_bound)
+    if state is not None and not isinstance(state, EncodedJSON):
+        agent.state = dict(state)
+    if result is not None and not isinstance(result, EncodedJSON):
+        run.result = dict(result)
+    run.error = dict(error) if error is not None else None
     return FinalWrite("adopted" if adoption else "written", run, agent)
 
 

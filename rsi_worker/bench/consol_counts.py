@@ -53,6 +53,7 @@ class Counts:
         self.holds_ms: list[float] = []
         self.hold_cpu_ms: list[float] = []
         self.longest: list[tuple[float, str]] = []
+        self.by_kind: dict[tuple[str, str], list[tuple[float, float]]] = {}
         self.redis: Counter[str] = Counter()
         self.round_trips = 0
         self.cpu_ms: dict[str, float] = {}
@@ -81,6 +82,7 @@ class Counts:
             "longest_write_transactions": [
                 {"ms": round(ms, 3), "statements": what}
                 for ms, what in sorted(self.longest, reverse=True)[:5]],
+            "write_transactions_by_kind": _by_kind(self.by_kind),
             "redis_commands": sum(self.redis.values()),
             "redis_round_trips": self.round_trips,
             "redis_by_command": dict(self.redis.most_common()),
@@ -89,6 +91,36 @@ class Counts:
             "calls": dict(self.calls),
             "decodes": dict(self.decodes),
         }
+
+
+def _by_kind(groups: dict[tuple[str, str], list[tuple[float, float]]]) -> list[dict[str, Any]]:
+    """Every write transaction of the stretch, grouped by (caller, statements): count, writer hold
+    and CPU under the lock (p50 / max, ms), largest CPU first."""
+    out = []
+    for (site, what), pairs in groups.items():
+        holds, cpus = [h for h, _ in pairs], [c for _, c in pairs]
+        out.append({"site": site, "statements": what, "n": len(pairs),
+                    "hold_ms": {"p50": round(statistics.median(holds), 3), "max": round(max(holds), 3)},
+                    "cpu_ms": {"p50": round(statistics.median(cpus), 3), "max": round(max(cpus), 3)}})
+    return sorted(out, key=lambda g: -g["cpu_ms"]["max"])
+
+
+_OWN = ("rsi_worker/consolidate/", "rsi_worker/roles/", "rsi_worker/runtime")
+
+
+def _site() -> str:
+    """The innermost frame of the consolidation's own code that opened the transaction
+    (``module.function``), or ``?``."""
+    import sys
+
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename.replace("\\", "/")
+        if any(part in name for part in _OWN):
+            module = name.rsplit("/", 1)[-1].removesuffix(".py")
+            return f"{module}.{frame.f_code.co_name}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return "?"
 
 
 @contextlib.contextmanager
@@ -104,6 +136,7 @@ def _sql(engine: Engine, counts: Counts) -> Iterator[None]:
 
     def on_begin(conn: Any) -> None:
         mode = str(conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")).upper()
+        local.site = _site() if mode != "DEFERRED" else ""
         local.t0 = time.perf_counter() if mode != "DEFERRED" else None
         local.cpu0 = time.thread_time()
         local.kinds = []
@@ -119,9 +152,12 @@ def _sql(engine: Engine, counts: Counts) -> Iterator[None]:
                     counts.rollbacks += 1
                 if t0 is not None:
                     ms = (time.perf_counter() - t0) * 1000
+                    cpu = (time.thread_time() - local.cpu0) * 1000
+                    what = ", ".join(getattr(local, "kinds", []))
                     counts.holds_ms.append(ms)
-                    counts.hold_cpu_ms.append((time.thread_time() - local.cpu0) * 1000)
-                    counts.longest.append((ms, ", ".join(getattr(local, "kinds", []))))
+                    counts.hold_cpu_ms.append(cpu)
+                    counts.longest.append((ms, what))
+                    counts.by_kind.setdefault((local.site, what), []).append((ms, cpu))
         return listener
 
     commit, rollback = on_end("commit"), on_end("rollback")
@@ -243,8 +279,12 @@ def _world_users() -> list[Any]:
     return out
 
 
-def count_consolidation(*, threads: int = 1, home: Path | None = None) -> dict[str, Any]:
+def count_consolidation(*, threads: int = 1, home: Path | None = None, warm: bool = False) -> dict[str, Any]:
     """Seed the benchmark's agent and count one consolidation (module docstring).
+
+    ``warm``: first run one uncounted consolidation of another agent in the same process, so the
+    counted one finds SQLAlchemy's statement cache and the connection pool as a running worker does
+    (a cold process compiles every statement once, inside its first transactions).
 
     Returns:
         ``{run: {status, winner, trials}, threads, wall_s, process_cpu_s, counts: Counts.report()}``.
@@ -265,12 +305,18 @@ def count_consolidation(*, threads: int = 1, home: Path | None = None) -> dict[s
                                            "model_factory": FACTORY, "model_backoff_s": 0.0})
         rt = open_runtime(settings, migrate=True, models=bench_models(settings))
         stack.callback(rt.close)
+        executor = SerialExecutor() if threads <= 1 else ThreadExecutor(threads)
+        if warm:
+            seed_agent(rt.sessions, rt.settings, "warmup")
+            first = rt.coord.try_begin("warmup", _latest_io(rt, "warmup"))
+            if first is None:
+                raise RuntimeError("the lease of the warm-up agent is held")
+            consolidate_inline(rt.deps, first, executor)
         seed_agent(rt.sessions, rt.settings, "counted")
         lease = rt.coord.try_begin("counted", _latest_io(rt, "counted"))
         if lease is None:
             raise RuntimeError("the lease of the counted agent is held")
         counts = Counts()
-        executor = SerialExecutor() if threads <= 1 else ThreadExecutor(threads)
         with _sql(rt.engine, counts), _redis(rt.redis, rt.coord, counts), _cpu(counts):
             t0, c0 = time.perf_counter(), time.process_time()
             results = consolidate_inline(rt.deps, lease, executor)
@@ -285,6 +331,7 @@ def count_consolidation(*, threads: int = 1, home: Path | None = None) -> dict[s
             "run": {"status": result.status if result else None,
                     "winner": ((result.round or {}).get("winner") if result else None), "trials": trials},
             "threads": threads,
+            "warm": warm,
             "wall_s": round(wall, 3),
             "process_cpu_s": round(cpu, 3),
             "counts": counts.report(),

@@ -175,6 +175,8 @@ def bench_no_signal_cmd(
 def bench_consolidate_counts_cmd(
     threads: int = typer.Option(1, "--threads", min=1, help="Fan-out threads (1: one after the other)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    warm: bool = typer.Option(False, "--warm", help="Count a second consolidation of the process "
+                              "(statement cache warm, as in a running worker)."),
 ) -> None:
     """One consolidation in-process at sim latency 0, counted: SQL statements by kind, commits and
     writer hold times, Redis commands by name, CPU per step and member kind
@@ -182,7 +184,7 @@ def bench_consolidate_counts_cmd(
 
     from rsi_worker.bench.consol_counts import count_consolidation
 
-    report = count_consolidation(threads=threads)
+    report = count_consolidation(threads=threads, warm=warm)
     typer.echo(json.dumps(report, indent=None if not as_json else 2, default=str))
 
 

@@ -2,9 +2,9 @@
 replays (step 13)
 as soon as its draft passed (docs/architecture.md#one-consolidation-on-the-cluster).
 
-Idempotency: a draft is stored under its variant label in ``rsi_runs.drafts`` with a locked
-read-merge-write; a redelivered draft task finds its label stored and returns that draft without
-calling the proposer again.
+Idempotency: a draft is stored under its variant label in ``rsi_runs.drafts`` with a read-merge-write
+that swaps the stored text (``rsi_common.db.run_fields``); a redelivered draft task finds its label
+stored and returns that draft without calling the proposer again.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rsi_common.db import get_agent, get_run, lock_agent, replay_rows, set_run_drafts, set_run_params
+from rsi_common.db import get_agent, replay_rows
+from rsi_common.db.run_fields import merge_running_field
 from rsi_worker.consolidate.context import Deps, RoundContext, load_harness, load_worlds
 from rsi_worker.consolidate.draft import Draft, DraftContext, draft_candidate
 from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, bound_total, plan_candidate
@@ -63,15 +64,18 @@ def _draft_context(deps: Deps, ctx: RoundContext) -> DraftContext:
 
 
 def store_draft(deps: Deps, run_id: str, agent_id: str, draft: dict[str, Any]) -> dict[str, Any]:
-    """Store one draft unless its label is stored already; returns the stored draft."""
-    with deps.sessions() as session:
-        lock_agent(session, agent_id)
-        run = get_run(session, run_id, for_update=True)
-        drafts = dict(run.drafts or {})
-        stored = drafts.setdefault(draft["variant"], draft)
-        if stored is draft:
-            set_run_drafts(session, run_id, drafts)
-        session.commit()
+    """Store one draft unless its label is stored already; returns the stored draft. A
+    read-merge-write whose write turn holds one ``UPDATE`` (``merge_running_field``); a closed run
+    stores nothing and ``draft`` is returned."""
+    label = draft["variant"]
+
+    def merge(drafts: Any) -> Any:
+        if isinstance(drafts, dict) and label in drafts:
+            return drafts  # stored already: nothing to write
+        return {**(drafts or {}), label: draft}
+
+    drafts, _ = merge_running_field(deps.sessions, run_id, "drafts", merge)
+    stored = (drafts or {}).get(label, draft)
     return dict(stored)
 
 
@@ -101,8 +105,8 @@ def launch_candidate(deps: Deps, ctx: RoundContext, variant: str) -> list[TrialS
     ``skipped``) or the run closed meanwhile.
 
     Idempotent: the bound hash is created once (``init_bounds``); the slots are stored under the
-    variant in ``rsi_runs.params.slots`` with a locked read-merge-write (the candidates launch
-    concurrently), and the trials they name are keyed rows.
+    variant in ``rsi_runs.params.slots`` with a read-merge-write that swaps the stored text (the
+    candidates launch concurrently: ``merge_running_field``), and the trials they name are keyed rows.
     """
     if over_cap(deps, ctx.agent_id) is not None:
         return []
@@ -111,13 +115,14 @@ def launch_candidate(deps: Deps, ctx: RoundContext, variant: str) -> list[TrialS
         deps.coord.init_bounds(run_id, variant, bound_total(ctx.worlds, ctx.checks, p.k),
                                rnd.S_star, rnd.delta, rnd.S_t)
     slots = plan_candidate(variant, ctx.worlds, p.k, checks=ctx.checks, failing=rnd.failing, fresh=ctx.fresh)
-    with deps.sessions() as session:
-        lock_agent(session, ctx.agent_id)
-        stored = RoundContext.from_json(get_run(session, run_id, for_update=True).params or {})
+
+    def merge(params: Any) -> Any:
+        stored = RoundContext.from_json(params or {})
         stored.slots[variant] = [s.to_json() for s in slots]
         stored.phase = "candidates"
-        open_ = set_run_params(session, run_id, stored.to_json())
-        session.commit()
+        return stored.to_json()
+
+    _, open_ = merge_running_field(deps.sessions, run_id, "params", merge)  # one UPDATE in the write turn
     return slots if open_ else []
 
 

@@ -25,6 +25,7 @@ from rsi_common.db import (
     replay_rows,
     run_id_at_fence,
 )
+from rsi_common.db.engine import encode_json
 from rsi_common.errors import CoordinationError
 from rsi_common.handoff import COORD_ERRORS
 from rsi_common.stored import StoredDataError, error_record, safe_text
@@ -94,14 +95,15 @@ def build_state(
 
 
 def _lesson_entries(session: Any, ctx: RoundContext) -> list[dict[str, Any]]:
-    """The lessons the winner learned, with a copy of each world (docs/consolidation/regression.md)."""
+    """The lessons the winner learned, with a copy of each world (docs/consolidation/regression.md),
+    encoded here: before the final write's turn."""
     from rsi_worker.consolidate.context import load_world
 
     out = []
     for item in ctx.round.judged.learned if ctx.round.judged is not None else ():
         world = load_world(session, item.world_id, ctx.agent_id)
         if world is not None:
-            out.append({**item.to_json(), "world": world.data, "signals": world.signals,
+            out.append({**item.to_json(), "world": encode_json(world.data), "signals": world.signals,
                         "interaction_id": world.interaction_id, "seq": world.seq})
     return out
 
@@ -148,20 +150,24 @@ def finalize(
     result.usage = run_usage(ctx, rows, drafts)
     result.spend = {**spend_summary(result.usage, rows), **result.spend}
     result.state = build_state(deps, ctx, result, start, rows)
+    # the large documents encoded before the write turn; the write holds it for the database clock,
+    # the Core statements of final_write and the tree charge (the summary, which carries the run's
+    # seconds by that clock, is encoded there: a few KB)
+    state = encode_json(result.state) if result.state is not None else None
+    adoption = None
+    if result.adopted and result.payload is not None and result.version is not None:
+        adoption = Adoption(result.version, encode_json(result.payload), summary=None,
+                            regressions=lessons, regression_bound=deps.params.regression_worlds)
     with deps.sessions() as session:
         now = session.execute(sa.select(db_now())).scalar_one()
         result.seconds = max(0.0, (now - started_at).total_seconds())  # the run's wall time
-        adoption = None
-        if result.adopted and result.payload is not None and result.version is not None:
-            adoption = Adoption(result.version, result.payload, summary=result.summary(),
-                                regressions=lessons, regression_bound=deps.params.regression_worlds)
         written = final_write(
             session,
             ctx.run_id,
             status=result.status,
             reason=result.reason,
-            result=result.summary(),
-            state=result.state,
+            result=result.summary(),  # also the harness row's summary (Adoption.summary=None)
+            state=state,
             adoption=adoption,
             error=result.error,
         )

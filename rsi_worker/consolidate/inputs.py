@@ -18,8 +18,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from rsi_common.db import WorldRow, get_agent, save_run_inputs
-from rsi_common.db.run_inputs import canonical_digest
+from rsi_common.db import WorldRow, get_agent
+from rsi_common.db.engine import encode_json
+from rsi_common.db.run_inputs import canonical_digest, insert_run_inputs
 from rsi_worker.consolidate.context import Deps, RoundContext
 
 __all__ = ["INPUTS_SCHEMA", "decision_of", "record_inputs"]
@@ -37,28 +38,33 @@ def record_inputs(deps: Deps, ctx: RoundContext) -> str | None:
     """Store the inputs of ``ctx``'s run (module docstring); returns their digest, or None when
     they could not be recorded."""
     try:
-        with deps.sessions() as s:
+        with deps.sessions() as s:  # reads: no write turn (docs/performance/consolidation.md)
+            s.connection(execution_options={"sqlite_begin": "DEFERRED"})
             agent = get_agent(s, ctx.agent_id)
             ids = _world_ids(ctx)
-            rows = s.execute(sa.select(WorldRow).where(WorldRow.agent_id == ctx.agent_id,
-                                                       WorldRow.id.in_(ids)))
-            worlds = {r.id: {"io_id": r.io_id, "digest": canonical_digest(r.world), "signals": r.signals}
-                      for r in rows.scalars()}
+            rows = s.execute(sa.select(WorldRow.id, WorldRow.io_id, WorldRow.world, WorldRow.signals)
+                             .where(WorldRow.agent_id == ctx.agent_id, WorldRow.id.in_(ids)))
+            found = list(rows)
             state = dict(agent.state or {})
-            inputs = {
-                "schema": INPUTS_SCHEMA,
-                "agent_id": ctx.agent_id,
-                "io_id": ctx.io_id,
-                "start_version": ctx.start_version,
-                "worlds": worlds,
-                "state": state,
-                "state_digest": canonical_digest(state),
-                "settings": deps.params.model_dump(mode="json"),
-                "models": {"provider": ctx.provider, "model": ctx.model},
-                "sim": deps.settings.sim.model_dump(mode="json"),
-                "force": ctx.force,
-            }
-            digest = save_run_inputs(s, ctx.run_id, inputs)
+            s.commit()
+        worlds = {r.id: {"io_id": r.io_id, "digest": canonical_digest(r.world), "signals": r.signals}
+                  for r in found}
+        inputs = {
+            "schema": INPUTS_SCHEMA,
+            "agent_id": ctx.agent_id,
+            "io_id": ctx.io_id,
+            "start_version": ctx.start_version,
+            "worlds": worlds,
+            "state": state,
+            "state_digest": canonical_digest(state),
+            "settings": deps.params.model_dump(mode="json"),
+            "models": {"provider": ctx.provider, "model": ctx.model},
+            "sim": deps.settings.sim.model_dump(mode="json"),
+            "force": ctx.force,
+        }
+        digest, encoded = canonical_digest(inputs), encode_json(inputs)  # before the write turn
+        with deps.sessions() as s:  # one INSERT under the write turn
+            digest = insert_run_inputs(s, ctx.run_id, digest, encoded)
             s.commit()
         return digest
     except Exception as exc:  # the run goes on; only its replay is lost

@@ -20,13 +20,16 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from rsi_common.coord import Lease
-from rsi_common.db import get_agent, set_run_params, start_run, update_signals
+from rsi_common.db import get_agent, set_run_params, touch_regressions, update_signals
+from rsi_common.db.engine import encode_json
+from rsi_common.db.run_open import open_run_row
+from rsi_common.db.runs import new_run_id
 from rsi_common.errors import InvalidInput
 from rsi_common.harness import H0_VERSION
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.evaluate import plan_incumbent
 from rsi_worker.consolidate.outcome import Next, final
-from rsi_worker.consolidate.refining import operator_checks, refine_of, run_kind
+from rsi_worker.consolidate.refining import is_refine_io, operator_checks, refine_of, run_kind
 from rsi_worker.consolidate.regression import add_lessons
 from rsi_worker.consolidate.signals import checks_for, negative, unread_pairs
 from rsi_worker.consolidate.spend import charge, usage_tokens
@@ -36,6 +39,8 @@ from rsi_worker.roles.signal import implicit_signal
 
 __all__ = ["KIND_CONSOLIDATE", "MAX_KIND_CHARS", "open_row", "open_step"]
 
+_READ = {"sqlite_begin": "DEFERRED"}
+"""Execution options of a read transaction (no write turn on SQLite, rsi_common/db/engine.py)."""
 KIND_CONSOLIDATE = "consolidate"
 """Run kind of a host-triggered run (and of its re-runs)."""
 MAX_KIND_CHARS = 32
@@ -86,6 +91,9 @@ def open_step(deps: Deps, ctx: RoundContext) -> Next:
     t0 = time.monotonic()
     params = deps.params
     with deps.sessions() as session:
+        # reads take no write turn; each write below has a short transaction of its own
+        # (docs/performance/consolidation.md#short-write-transactions)
+        session.connection(execution_options=_READ)
         agent = get_agent(session, ctx.agent_id)
         if agent.frozen:
             return final(ctx, "skipped", "agent is frozen", t0)
@@ -103,8 +111,8 @@ def open_step(deps: Deps, ctx: RoundContext) -> Next:
         # the incumbent's version is its stored id (H0's when none); its payload is read and
         # tamper-checked only where it is replayed
         ctx.inc_version = ctx.start_version or H0_VERSION
-        session.commit()
         _read_implicit(deps, session, ctx, pool)
+        session.connection(execution_options=_READ)  # _decide's reads (its one write: its own turn)
         return _decide(deps, session, ctx, state, pool, t0)
 
 
@@ -133,14 +141,25 @@ def _open_row(
     deps: Deps, session: Session, lease: Lease, *, force: bool, kind: str
 ) -> tuple[RoundContext, bool]:
     kind = run_kind(lease.io, kind)  # a refine's lease names its request (docs/runtime/refine.md)
-    run = start_run(session, lease.agent, fence=lease.fence, io_id=lease.io, kind=kind,
-                    retention=deps.settings.run_retention)
-    ctx = RoundContext(run_id=run.id, agent_id=lease.agent, fence=lease.fence, token=lease.token,
-                       io_id=lease.io, start_version=run.start_version, early_stop=deps.params.early_stop,
-                       force=bool(force), refine=refine_of(session, lease.agent, lease.io))
-    running = run.status == "running"
-    if running and run.params is None:
-        set_run_params(session, run.id, ctx.to_json())
+    refine: dict[str, Any] = {}
+    if is_refine_io(lease.io):  # its stored request, read before the write turn
+        session.connection(execution_options=_READ)
+        refine = refine_of(session, lease.agent, lease.io)
+        session.commit()
+
+    def context(run_id: str, start_version: str | None) -> RoundContext:
+        return RoundContext(run_id=run_id, agent_id=lease.agent, fence=lease.fence, token=lease.token,
+                            io_id=lease.io, start_version=start_version, early_stop=deps.params.early_stop,
+                            force=bool(force), refine=refine)
+
+    new_id = new_run_id()
+    opened = open_run_row(session, lease.agent, fence=lease.fence, io_id=lease.io, kind=kind, run_id=new_id,
+                          params=lambda version: context(new_id, version).to_json(),
+                          retention=deps.settings.run_retention)
+    ctx = context(opened.id, opened.start_version)
+    running = opened.status == "running"
+    if running and not opened.has_params:
+        set_run_params(session, opened.id, ctx.to_json())
     session.commit()
     return ctx, running
 
@@ -229,8 +248,9 @@ def _decide(
     ctx.worlds = [w.id for w in chosen]
     ctx.fresh = sorted(fresh & set(ctx.worlds))
     ctx.checks = {w.id: checks[w.id] for w in chosen}
+    used: list[str] = []
     lessons, lesson_checks, ctx.lessons = add_lessons(session, ctx.agent_id, ctx.start_version, ctx.worlds,
-                                                      params.regression_worlds)
+                                                      params.regression_worlds, used)
     ctx.worlds += [w.id for w in lessons]
     ctx.checks.update(lesson_checks)
     evaluated: list[Any] = [*chosen, *lessons]
@@ -238,6 +258,9 @@ def _decide(
                            params.k)
     ctx.slots["incumbent"] = [s.to_json() for s in slots]
     ctx.phase = "incumbent"
-    set_run_params(session, ctx.run_id, ctx.to_json())
+    encoded = encode_json(ctx.to_json())  # before the write turn
+    session.commit()  # end the reads
+    touch_regressions(session, used)  # the lessons replayed are marked used, with the context
+    set_run_params(session, ctx.run_id, encoded)
     session.commit()
     return Next("trials", ctx, slots=slots)

@@ -37,16 +37,22 @@ def lesson_world(row: RegressionRow) -> TurnWorld:
 
 
 def add_lessons(session: Session, agent_id: str, version: str | None, chosen: Sequence[str],
-                bound: int) -> tuple[list[TurnWorld], dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+                bound: int, used: list[str] | None = None
+                ) -> tuple[list[TurnWorld], dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
     """The active lessons of ``version`` to replay this round (at most ``bound``, most recent first).
 
     Returns:
         ``(worlds to append to W, their checks, the lesson briefs)``; a lesson whose world is already
         in ``chosen`` is replayed there with the world's current checks (it is not added twice), but
-        its brief is kept so the guard still protects it. The lessons are marked used.
+        its brief is kept so the guard still protects it. The lessons are marked used — now, or, when
+        ``used`` is given, by the caller: their ids are appended to it (a read transaction then
+        stays a read; the caller marks them in its write transaction, ``touch_regressions``).
     """
     rows = active_regressions(session, agent_id, version)[-bound:] if bound > 0 else []
-    touch_regressions(session, [r.id for r in rows])
+    if used is None:
+        touch_regressions(session, [r.id for r in rows])
+    else:
+        used.extend(r.id for r in rows)
     extra = [r for r in rows if r.world_id not in chosen]
     briefs = [{"world_id": r.world_id, "lesson": r.lesson, "run_id": r.run_id, "version": r.version}
               for r in rows]
