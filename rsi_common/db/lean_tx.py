@@ -114,10 +114,15 @@ def lean_begin(engine: Engine) -> Iterator[Connection]:
     fire as with ``engine.begin()``.
 
     Raises:
-        sqlalchemy.exc.DBAPIError: the driver refused the begin or the commit (the transaction is
-            rolled back; nothing is stored).
+        sqlalchemy.exc.DBAPIError: no connection could be made (wrapped as ``engine.connect()``
+            wraps it), or the driver refused the begin or the commit (the transaction is rolled
+            back; nothing is stored).
     """
-    fairy = engine.raw_connection()
+    try:
+        fairy = engine.raw_connection()
+    except engine.dialect.loaded_dbapi.Error as err:  # wrapped as ``engine.connect()`` wraps it: a
+        # server that cannot be reached is an ``OperationalError`` the record path retries
+        Connection._handle_dbapi_exception_noconnection(err, engine.dialect, engine)
     conn = LeanConnection(engine, fairy, _allow_autobegin=False)
     dialect = engine.dialect
     events = conn._has_events or engine._has_events

@@ -75,7 +75,7 @@ def scenario(stack: Stack) -> tuple[str, str]:
 # bodies up in ``flow.STEPS`` and the modules their helpers at call time, so patching injects into
 # that one step.
 STEPS: dict[str, tuple[Any, str]] = {
-    "open_run before its row": (opening, "start_run"),
+    "open_run before its row": (opening, "open_run_row"),
     "open_run after its params": (opening, "_read_implicit"),
     "after_incumbent": (flow.STEPS, "after_incumbent"),
     "judge_round": (flow.STEPS, "judge_round"),
@@ -367,7 +367,7 @@ def test_a_batch_run_that_cannot_open_is_retried_with_its_lease_released(
     from rsi_worker.jobs.batch import BatchRunner, InlineLauncher
 
     scenario(stack)
-    monkeypatch.setattr(opening, "start_run", once(opening.start_run))
+    monkeypatch.setattr(opening, "open_run_row", once(opening.open_run_row))
     launcher = InlineLauncher(stack.deps, "batch:reopen", concurrency=1)
     runner = BatchRunner(stack.sessions, stack.coord, launcher, name="reopen", retry_s=0.0, poll_s=0.0,
                          sleep=lambda _s: None)
