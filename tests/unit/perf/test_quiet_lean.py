@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import fakeredis
@@ -16,7 +14,6 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from rsi_common.config import Settings
 from rsi_common.coord import Coordinator, Lease, spend_key
 from rsi_common.db.models import AgentRow
 from rsi_common.stored import StoredDataError
@@ -60,13 +57,6 @@ def test_renew_and_spend_is_one_command_with_the_answers_of_renew_and_spend() ->
     client.set(spend_key(day), "not a number")
     with pytest.raises(ValueError):  # as ``spend``
         coord.renew_and_spend(lease, day)
-
-
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    s = Stack(Settings(database_url=f"sqlite:///{tmp_path / 'rsi.db'}", model_backoff_s=0))
-    yield s
-    s.close()
 
 
 def test_driver_sql_rows_equal_core_rows(stack: Stack) -> None:

@@ -5,13 +5,8 @@ docs/performance/consolidation.md#the-no-signal-path): the same answers as ``ren
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import fakeredis
-import pytest
 
-from rsi_common.config import Settings
 from rsi_common.coord import Coordinator, Lease
 from rsi_worker.consolidate import quiet
 from rsi_worker.consolidate.spend import over_cap, renew_over_cap, today
@@ -31,13 +26,6 @@ def test_renew_and_spend_answers_like_renew_and_spend() -> None:
     stolen = Lease("a", "not-the-token", lease.fence, "io-1")
     assert coord.renew_and_spend(stolen, day) == (False, (120, 150))
     assert coord.renew(stolen) is False
-
-
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    s = Stack(Settings(database_url=f"sqlite:///{tmp_path / 'rsi.db'}", model_backoff_s=0))
-    yield s
-    s.close()
 
 
 def test_renew_over_cap_matches_over_cap_and_a_capped_quiet_run_takes_the_full_path(stack: Stack) -> None:

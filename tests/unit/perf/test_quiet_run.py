@@ -4,14 +4,11 @@ read, one write transaction, and the races at write time."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from rsi_common.config import Settings
 from rsi_common.db import get_run, runs
 from rsi_common.db.models import AgentRow
 from rsi_worker.bench.ingest import StatementCounter
@@ -20,13 +17,6 @@ from rsi_worker.jobs.scenario import CORRECTION
 from tests.support.pipeline import Stack
 
 REQUEST = "Compare laptops: use search query=laptops"
-
-
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    s = Stack(Settings(database_url=f"sqlite:///{tmp_path / 'rsi.db'}", model_backoff_s=0))
-    yield s
-    s.close()
 
 
 def _full_path(monkeypatch: pytest.MonkeyPatch) -> None:

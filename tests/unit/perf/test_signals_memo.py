@@ -6,13 +6,10 @@ run keys."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rsi_common.config import Settings
 from rsi_common.db import runs
 from rsi_common.stored import StoredDataError, decode_stored
 from rsi_worker.consolidate import flow, worlds
@@ -80,13 +77,6 @@ def test_the_memo_is_emptied_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
     assert list(worlds._SIGNALS_MEMO) == [texts[3]]
     assert worlds.decode_signals(texts[4]) == _fresh(texts[4])
     assert len(worlds._SIGNALS_MEMO) == 2
-
-
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    s = Stack(Settings(database_url=f"sqlite:///{tmp_path / 'rsi.db'}", model_backoff_s=0))
-    yield s
-    s.close()
 
 
 def test_a_quiet_run_digests_like_the_full_survey_and_deletes_no_run_keys(
