@@ -108,6 +108,13 @@ class AgentRow(Base):
                                        server_default=sa.text("0"))
     """Turns recorded by :meth:`~rsi_common.client.RsiClient.record_turn` (repeats included): the
     clock of the amortised retention (docs/performance/record-path.md)."""
+    pool_epoch: Mapped[int] = mapped_column(sa.BigInteger(), nullable=False,
+                                            server_default=sa.text("0"))
+    """The last ``stamp`` given to one of the agent's worlds; kept by database triggers (migration
+    ``0010_epoch``, docs/performance/consolidation.md#the-no-signal-path), never written by the code."""
+    pool_floor: Mapped[float | None] = mapped_column(sa.Double(), nullable=True)
+    """The greatest ``clock`` one of the agent's worlds had when it was deleted or its ``clock`` or
+    ``agent_id`` changed (``None``: never); kept by the same triggers."""
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = mapped_column(
         UTCDateTime(), nullable=False, default=db_now(), onupdate=db_now()
@@ -157,6 +164,7 @@ class WorldRow(Base):
         # (agent_id, clock, seq) read backwards serves "clock DESC, seq DESC" on both backends.
         sa.Index("ix_rsi_worlds_latest", "agent_id", "clock", "seq"),
         sa.Index("ix_rsi_worlds_unenqueued", "enqueued_at", "created_at"),
+        sa.Index("ix_rsi_worlds_stamp", "agent_id", "stamp"),
     )
 
     id: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
@@ -187,6 +195,9 @@ class WorldRow(Base):
     """A tainted world never enters evaluation, the proposer's views, the critic's patterns or the
     pairing (docs/runtime/refine.md#taint)."""
     taint_reason: Mapped[str | None] = mapped_column(sa.String(300), nullable=True)
+    stamp: Mapped[int] = mapped_column(sa.BigInteger(), nullable=False, server_default=sa.text("0"))
+    """The agent's ``pool_epoch`` when the row was inserted or a column the pool read returns last
+    changed; set by database triggers (migration ``0010_epoch``), never by the code."""
 
 
 class RunRow(Base):

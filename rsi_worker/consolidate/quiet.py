@@ -59,6 +59,7 @@ from rsi_worker.consolidate.opening import (
     _policy,
 )
 from rsi_worker.consolidate.outcome import Next
+from rsi_worker.consolidate.pool_memo import pool_window
 from rsi_worker.consolidate.quiet_sql import run, statements
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.signals import checks_for, unread_pairs
@@ -94,6 +95,12 @@ def _engine(deps: Deps) -> Engine:
     return bind
 
 
+_SNAPSHOT: dict[str, dict[str, str]] = {"sqlite": {"sqlite_begin": "DEFERRED"},
+                                        "postgresql": {"isolation_level": "REPEATABLE READ"}}
+"""The read transaction's options: one snapshot for the agent read and the pool's changed rows
+(:mod:`~rsi_worker.consolidate.pool_memo`), and no write lock on SQLite."""
+
+
 def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CONSOLIDATE) -> Next | None:
     """The run of ``lease`` decided from one read when it has nothing to learn: a ``final``
     ``recorded`` :class:`Next` carrying a :class:`QuietRun` (nothing written yet; :func:`record` writes
@@ -104,7 +111,8 @@ def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CO
     params = deps.params
     ctx = RoundContext(run_id=new_run_id(), agent_id=lease.agent, fence=lease.fence, token=lease.token,
                        io_id=lease.io, early_stop=params.early_stop)
-    with _engine(deps).connect().execution_options(sqlite_begin="DEFERRED") as conn, conn.begin():
+    engine = _engine(deps)
+    with engine.connect().execution_options(**_SNAPSHOT.get(engine.dialect.name, {})) as conn, conn.begin():
         row = run(conn, "agent", {"agent_id": lease.agent, "fence": lease.fence}).one_or_none()
         if row is None or row.frozen or row.opened or int(row.applied_fence) >= lease.fence:
             return None
@@ -112,7 +120,11 @@ def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CO
             state = _state(lease.agent, row.state)
         except (StoredDataError, ValueError):  # an unreadable state: the full path reports it
             return None
-        heads = run(conn, "pool", {"agent_id": lease.agent, "n": max(0, params.world_pool)}).all()
+        n = max(0, params.world_pool)
+        heads = pool_window(engine.url, lease.agent, n, row,
+                            full=lambda: run(conn, "pool", {"agent_id": lease.agent, "n": n}).all(),
+                            changed=lambda since: run(conn, "changed", {"agent_id": lease.agent,
+                                                                        "since": since}).all())
         pool = WorldPool(conn, heads)
         worlds = pool.usable()
         if not worlds:

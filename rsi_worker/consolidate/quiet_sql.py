@@ -8,10 +8,13 @@ compiled SQL is found in the engine's cache. They run on a plain :class:`~sqlalc
 (no ORM session: nothing is flushed, nothing is tracked).
 
 * ``agent``: ``frozen``, ``current_version``, ``applied_fence``, ``state`` (as its stored JSON text,
-  undecoded: ``quiet._state`` decodes a text once per process) of ``:agent_id`` and whether a run row
+  undecoded: ``quiet._state`` decodes a text once per process), ``pool_epoch``, ``pool_floor`` and
+  ``created_at`` (:mod:`~rsi_worker.consolidate.pool_memo`) of ``:agent_id`` and whether a run row
   exists at ``:fence`` (one statement);
 * ``pool``: the ``:n`` latest untainted worlds of ``:agent_id`` without their record, ``signals`` as its
   stored text — the rows and order of ``rsi_common.db.load_latest_heads(..., signals_text=True)``;
+* ``changed``: the same columns and ``tainted`` of the worlds of ``:agent_id`` stamped after ``:since``
+  (index ``(agent_id, stamp)``: the rows a process's pool memo has not seen);
 * ``swap`` / ``swap_state``: the fenced compare-and-swap on the agent (``applied_fence = :fence``
   [and ``state = :state``] where ``applied_fence = :expected``);
 * ``merge``: the unconditional update after a re-read under the lock;
@@ -55,6 +58,7 @@ class QuietStatements:
 
     agent: Any
     pool: Any
+    changed: Any
     swap: Any
     swap_state: Any
     merge: Any
@@ -70,13 +74,16 @@ def statements(dialect: str) -> QuietStatements:
     at_fence = sa.select(_R.c.id).where(_R.c.agent_id == agent_id,
                                         _R.c.fence == sa.bindparam("fence", type_=_R.c.fence.type)).exists()
     agent = sa.select(_A.c.frozen, _A.c.current_version, _A.c.applied_fence,
-                      sa.cast(_A.c.state, sa.Text).label("state"), at_fence.label("opened")
+                      sa.cast(_A.c.state, sa.Text).label("state"), at_fence.label("opened"),
+                      _A.c.pool_epoch, _A.c.pool_floor, sa.cast(_A.c.created_at, sa.Text).label("created_at")
                       ).where(_A.c.id == agent_id)
     cols = [c for c in WORLD_HEAD_COLUMNS if c.key != "signals"] + [
         sa.cast(WorldRow.signals, sa.Text).label("signals")]
     pool = (sa.select(*cols).where(WorldRow.agent_id == agent_id, WorldRow.tainted.is_(False))
             .order_by(WorldRow.clock.desc(), WorldRow.seq.desc(), WorldRow.id.desc())
             .limit(sa.bindparam("n", type_=sa.Integer())))
+    changed = sa.select(*cols, WorldRow.tainted).where(
+        WorldRow.agent_id == agent_id, WorldRow.stamp > sa.bindparam("since", type_=sa.BigInteger()))
     fence = sa.bindparam("new_fence", type_=_A.c.applied_fence.type)
     state = sa.bindparam("state", type_=JSONType)
     mine = _A.c.id == agent_id
@@ -95,7 +102,7 @@ def statements(dialect: str) -> QuietStatements:
         started_at=now, finished_at=now,
     ).on_conflict_do_nothing(index_elements=["agent_id", "fence"])
     return QuietStatements(
-        agent=agent, pool=pool,
+        agent=agent, pool=pool, changed=changed,
         swap=swap.values(applied_fence=fence, updated_at=now),
         swap_state=swap.values(applied_fence=fence, state=state, updated_at=now),
         merge=merge.values(applied_fence=fence, updated_at=now),
@@ -104,7 +111,7 @@ def statements(dialect: str) -> QuietStatements:
     )
 
 
-PLAIN = ("agent", "pool", "swap", "swap_state", "insert")
+PLAIN = ("agent", "pool", "changed", "swap", "swap_state", "insert")
 """The statements of every quiet run, run as compiled driver SQL where the dialect allows."""
 
 _plain_cache: weakref.WeakKeyDictionary[Dialect, dict[str, PlainStatement]] = weakref.WeakKeyDictionary()
