@@ -61,6 +61,13 @@ class Head(NamedTuple):
         return cls(row.id, row.io_id, row.interaction_id, row.seq, row.clock, row.replayable, row.signals,
                    row.harness_version, row.model, row.provider)
 
+    @classmethod
+    def at(cls, row: Sequence[Any]) -> Head:
+        """The head of a ``quiet_sql`` ``pool`` or ``changed`` row as a plain tuple (``id``, ``io_id``,
+        ``interaction_id``, ``seq``, ``clock``, ``replayable``, ``harness_version``, ``model``,
+        ``provider``, ``signals`` [, ``tainted``])."""
+        return cls(row[0], row[1], row[2], row[3], row[4], row[5], row[9], row[6], row[7], row[8])
+
 
 def _key(h: Head) -> tuple[float, int, str]:
     """The pool's order (``clock DESC, seq DESC, id DESC``), ascending."""
@@ -91,15 +98,16 @@ def clear() -> None:
 
 def merge(memo: PoolMemo, changed: Iterable[Any],
           floor: float | None) -> tuple[tuple[Head, ...], bool] | None:
-    """The window after ``changed`` (rows stamped after ``memo.epoch``, with ``tainted``) and the
+    """The window after ``changed`` (rows stamped after ``memo.epoch``, plain tuples with ``tainted``
+    last) and the
     deletes below ``floor`` (``pool_floor`` as read), with whether it is complete; ``None`` when it
     cannot be known without the full read (module docstring)."""
     n = memo.n
     rows = {h.id: h for h in memo.rows}
-    for r in changed:
-        rows.pop(r.id, None)
-        if not r.tainted:
-            rows[r.id] = Head.of(r)
+    for r in changed:  # plain tuples (:meth:`Head.at`), ``tainted`` last
+        rows.pop(r[0], None)
+        if not r[10]:
+            rows[r[0]] = Head.at(r)
     merged = sorted(rows.values(), key=_key, reverse=True)
     if not memo.complete and (not memo.rows or len(merged) < n or _key(merged[n - 1]) < _key(memo.rows[-1])):
         return None  # an unchanged row the memo does not hold may belong to the window
@@ -115,7 +123,8 @@ def pool_window(db: Any, agent_id: str, n: int, agent: Any, *, full: Callable[[]
     engine's URL) where it holds (module docstring), else ``full()`` — the pool read.
 
     ``agent``: the agent row as read in the same snapshot (``pool_epoch``, ``pool_floor``,
-    ``created_at``); ``changed(since)``: the rows stamped after ``since`` with ``tainted``.
+    ``created_at``); ``full()``: the pool read's rows, ``changed(since)``: the rows stamped after
+    ``since`` with ``tainted``, both as plain tuples in ``quiet_sql``'s column order (:meth:`Head.at`).
     """
     epoch = int(agent.pool_epoch or 0)
     key = (db, agent_id)
@@ -128,7 +137,7 @@ def pool_window(db: Any, agent_id: str, n: int, agent: Any, *, full: Callable[[]
             if epoch != memo.epoch or window != memo.rows:
                 _MEMO[key] = PoolMemo(memo.created, epoch, n, window, complete)
             return list(window)
-    rows = [Head.of(r) for r in full()]
+    rows = [Head.at(r) for r in full()]
     if n > 0 and epoch > 0:
         if key not in _MEMO and len(_MEMO) >= POOL_MEMO_MAX:
             _MEMO.clear()

@@ -32,7 +32,9 @@ task's own time is ``result.seconds``.
 Both transactions run on a plain connection of the engine with statements built once per dialect
 (:mod:`rsi_worker.consolidate.quiet_sql`; driver SQL on SQLite), whether an accepted world's answer is
 blank is read once per process (:func:`_scored`) and a state text is decoded once per process
-(:func:`_state`): the steady run reads the agent and the pool only. The lease renewal and the spend
+(:func:`_state`), and the pool window is remembered per process with only the rows changed since read
+(:mod:`~rsi_worker.consolidate.pool_memo`, one snapshot: ``REPEATABLE READ`` on PostgreSQL): the steady
+run reads the agent and the pool's changed rows only. The lease renewal and the spend
 read are one Redis script call (``spend.renew_over_cap``), the lease's ``finish`` the other.
 """
 
@@ -42,7 +44,7 @@ import dataclasses
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy.engine import Engine
 
@@ -60,7 +62,7 @@ from rsi_worker.consolidate.opening import (
 )
 from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.pool_memo import pool_window
-from rsi_worker.consolidate.quiet_sql import run, statements
+from rsi_worker.consolidate.quiet_sql import rows, run, statements
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.signals import checks_for, unread_pairs
 from rsi_worker.consolidate.spend import renew_over_cap, spend_summary
@@ -68,6 +70,19 @@ from rsi_worker.consolidate.state import EMPTY_DIGEST, ConsolidationState
 from rsi_worker.consolidate.worlds import PoolWorld, WorldPool, needs_answer
 
 __all__ = ["ANSWERS_MEMO_MAX", "RUN_RETENTION_EVERY", "STATES_MEMO_MAX", "QuietRun", "decide", "record"]
+
+class AgentHead(NamedTuple):
+    """The agent read's row (``quiet_sql`` ``agent``, in its column order)."""
+
+    frozen: Any
+    current_version: str | None
+    applied_fence: int
+    state: str | None
+    opened: Any
+    pool_epoch: int
+    pool_floor: float | None
+    created_at: str | None
+
 
 RUN_RETENTION_EVERY = 16
 """A quiet run applies the run retention when its fence is a multiple of this (the full path applies
@@ -113,8 +128,11 @@ def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CO
                        io_id=lease.io, early_stop=params.early_stop)
     engine = _engine(deps)
     with engine.connect().execution_options(**_SNAPSHOT.get(engine.dialect.name, {})) as conn, conn.begin():
-        row = run(conn, "agent", {"agent_id": lease.agent, "fence": lease.fence}).one_or_none()
-        if row is None or row.frozen or row.opened or int(row.applied_fence) >= lease.fence:
+        found = rows(conn, "agent", {"agent_id": lease.agent, "fence": lease.fence})
+        if not found:
+            return None
+        row = AgentHead._make(found[0])
+        if row.frozen or row.opened or int(row.applied_fence) >= lease.fence:
             return None
         try:
             state = _state(lease.agent, row.state)
@@ -122,9 +140,9 @@ def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CO
             return None
         n = max(0, params.world_pool)
         heads = pool_window(engine.url, lease.agent, n, row,
-                            full=lambda: run(conn, "pool", {"agent_id": lease.agent, "n": n}).all(),
-                            changed=lambda since: run(conn, "changed", {"agent_id": lease.agent,
-                                                                        "since": since}).all())
+                            full=lambda: rows(conn, "pool", {"agent_id": lease.agent, "n": n}),
+                            changed=lambda since: rows(conn, "changed", {"agent_id": lease.agent,
+                                                                         "since": since}))
         pool = WorldPool(conn, heads)
         worlds = pool.usable()
         if not worlds:

@@ -45,7 +45,7 @@ from rsi_common.db.plain_sql import PlainStatement, plain
 from rsi_common.db.sqltypes import JSONType, db_now
 from rsi_common.db.worlds import WORLD_HEAD_COLUMNS
 
-__all__ = ["PLAIN", "QuietStatements", "run", "statements"]
+__all__ = ["PLAIN", "QuietStatements", "rows", "run", "statements"]
 
 _A: sa.Table = AgentRow.__table__  # type: ignore[assignment]
 _R: sa.Table = RunRow.__table__  # type: ignore[assignment]
@@ -136,3 +136,13 @@ def run(conn: Connection, name: str, params: Mapping[str, Any]) -> CursorResult[
     if fast is not None:
         return fast.execute(conn, params)
     return conn.execute(getattr(statements(conn.dialect.name), name), dict(params))
+
+
+def rows(conn: Connection, name: str, params: Mapping[str, Any]) -> list[Any]:
+    """The rows of the read ``name`` (``agent``, ``pool``, ``changed``) as plain tuples in the select's
+    column order: the driver's own rows where compiled (no result object: on SQLite a boolean is
+    ``0``/``1``), else the Core construct's."""
+    fast = _plain_statements(conn.dialect).get(name)
+    if fast is not None:
+        return fast.run(conn, params)
+    return list(conn.execute(getattr(statements(conn.dialect.name), name), dict(params)))

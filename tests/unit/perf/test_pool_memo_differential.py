@@ -65,13 +65,13 @@ def test_quiet_decisions_with_the_pool_memo_equal_the_full_path(stack: Stack, se
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(seed)
     reads: Counter[str] = Counter()
-    plain_run = quiet.run
+    plain_rows = quiet.rows
 
     def counted(conn: Any, name: str, params: Mapping[str, Any]) -> Any:
         reads[name] += 1
-        return plain_run(conn, name, params)
+        return plain_rows(conn, name, params)
 
-    monkeypatch.setattr(quiet, "run", counted)
+    monkeypatch.setattr(quiet, "rows", counted)
     other_engine = make_engine(stack.settings.database_url)
     other = session_factory(other_engine)
     decided = 0
