@@ -69,7 +69,9 @@ from rsi_worker.consolidate.spend import renew_over_cap, spend_summary
 from rsi_worker.consolidate.state import EMPTY_DIGEST, ConsolidationState
 from rsi_worker.consolidate.worlds import PoolWorld, WorldPool, needs_answer
 
-__all__ = ["ANSWERS_MEMO_MAX", "RUN_RETENTION_EVERY", "STATES_MEMO_MAX", "QuietRun", "decide", "record"]
+__all__ = ["ANSWERS_MEMO_MAX", "RUN_RETENTION_EVERY", "STATES_MEMO_MAX", "AgentHead", "QuietRun", "decide",
+           "record"]
+
 
 class AgentHead(NamedTuple):
     """The agent read's row (``quiet_sql`` ``agent``, in its column order)."""

@@ -77,8 +77,11 @@ def statements(dialect: str) -> QuietStatements:
                       sa.cast(_A.c.state, sa.Text).label("state"), at_fence.label("opened"),
                       _A.c.pool_epoch, _A.c.pool_floor, sa.cast(_A.c.created_at, sa.Text).label("created_at")
                       ).where(_A.c.id == agent_id)
-    cols = [c for c in WORLD_HEAD_COLUMNS if c.key != "signals"] + [
-        sa.cast(WorldRow.signals, sa.Text).label("signals")]
+    cols: list[Any] = [WorldRow.id, WorldRow.io_id, WorldRow.interaction_id, WorldRow.seq, WorldRow.clock,
+                       WorldRow.replayable, WorldRow.harness_version, WorldRow.model, WorldRow.provider,
+                       sa.cast(WorldRow.signals, sa.Text).label("signals")]  # pool_memo.Head.at's order
+    if {c.key for c in cols} != {c.key for c in WORLD_HEAD_COLUMNS}:
+        raise RuntimeError("the quiet pool read must return every world head column")
     pool = (sa.select(*cols).where(WorldRow.agent_id == agent_id, WorldRow.tainted.is_(False))
             .order_by(WorldRow.clock.desc(), WorldRow.seq.desc(), WorldRow.id.desc())
             .limit(sa.bindparam("n", type_=sa.Integer())))
