@@ -6,7 +6,10 @@ in band: the trial that finds its batch complete in SQL sends the next ``evolve_
     evolve_step ─► evolve_trial × pending slots ─(joined in SQL)─► evolve_step ─► … ─► evolve_step (judged)
                 ─► evolve_step (next round) ─► … ─► done | stopped | failed
 
-No task waits on another. ``evolve_trial`` never raises (its policy answers an error); its
+A step sends each evaluation's trials as soon as its engine defers them (a candidate's once its smoke
+passed, beside the other candidate's drafting) and seals the batch when its engine work is done
+(:mod:`rsi_worker.cluster.evolve_batch`); a batch already complete at its seal is judged in the same
+step. No task waits on another. ``evolve_trial`` never raises (its policy answers an error); its
 idempotency key is the trial row's ``(evolve, t, candidate, task, trial, attempt)``. ``evolve_step``
 recomputes everything from stored rows (drafts, analyses and trials are stored as they are made), so a
 redelivered step decides the same and a killed worker's trials are simply run again by the next step.
