@@ -133,7 +133,7 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
         task_id = str(current_task.request.id or "")
         fan = Fanout(lambda specs, batch: lanes(name, specs, batch, lease))
         out = run_step(step_env, name, send=fan.early)
-        sealed = 0
+        sealed, early = 0, 0
         while out.status == "pending":
             if not renewed(coord, lease):
                 return "stale: lease lost"
@@ -146,7 +146,7 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
                 break
             if not claim_join(coord.client, name, fan.id, task_id):
                 return "joined already"
-            sealed += 1
+            sealed, early = sealed + 1, early + len(fan.sent)
             fan = Fanout(lambda specs, batch: lanes(name, specs, batch, lease))
             out = run_step(step_env, name, send=fan.early)
         if not renewed(coord, lease):
@@ -164,7 +164,7 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
                 t=next((pt for pt, p, _ in step_env.phases if p == "load"), out.t),  # the state's before
                 status=out.status,
                 trials=len(out.pending),
-                early=len(fan.sent),
+                early=early + len(fan.sent),
                 joined_here=sealed,
                 join=join is not None,
                 phases=[[pt, p, round(sec, 4)] for pt, p, sec in step_env.phases],

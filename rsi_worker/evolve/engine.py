@@ -537,12 +537,16 @@ class _Run:
             d = drafts[v]
             edits = tuple(Edit.from_json(e) for e in d.get("edits") or [])
             if d.get("gate") is None and "smoke" not in d:
+                t_smoke = time.perf_counter()
                 smoke = self.smoke(t, v, materialize(d["payload"]))
+                t_stored = time.perf_counter()
                 with lock:
                     d["smoke"] = smoke
                     if not smoke["ok"]:
                         d["gate"], d["detail"] = "smoke_fail", smoke["detail"]
                     self.store.set_round(self.name, t, drafts=dict(sorted(drafts.items())))
+                self.env.phase(t, f"smoke {v}", t_stored - t_smoke)
+                self.env.phase(t, f"smoke stored {v}", time.perf_counter() - t_stored)
             if d.get("gate") is not None:
                 return Candidate(v, edits, None, gate_failure=d["gate"], detail=str(d.get("detail") or ""))
             rows = self.evaluate(t, v, materialize(d["payload"]), self.evolve_ids, p.k, stop=stop, ref=(t, v))
