@@ -13,7 +13,8 @@ drafts, ``eval_parallel × trial_parallel`` trial slots); ``structure_s``: that 
 schedules it with no overhead (:func:`~rsi_worker.bench.evolve_bound.list_schedule`), so ``wall_s −
 structure_s`` is the overhead (SQL, JSON, gate checks, threads on busy cores). ``phases_s`` per round:
 the walls of the analysis, of each variant's draft and of its smoke and evaluation (a variant's trials
-start as soon as its draft passed), of all candidates, of the previous winner's held-out evaluation (it
+start as soon as its draft passed; ``smoke V`` and ``smoke stored V``: its smoke trials and the draft's
+store after them), of all candidates, of the previous winner's held-out evaluation (it
 runs beside the round), and ``other`` (the rest: views, SQL and JSON, judging).
 With ``distributed``, ``distributed.timeline`` per round: where the cluster's round went, from the workers'
 own marks (:mod:`rsi_worker.bench.evolve_timeline`: steps, reloads, sends, hops, the trials' read, run,

@@ -7,6 +7,8 @@ Per round (the steps whose state ``t`` is the round's, and the trials they defer
 
 * ``steps_s``: each step's run (from its claim to its outcome: load, engine work) and ``load_s`` of
   it (the run's reload from SQL, ``phases`` ``load``);
+* ``early``: per step, the trials it sent before its batch was sealed (beside its drafts), and
+  ``joined_here``: the batches a step found complete at their seal and judged itself;
 * ``send_s``: each step's sending of what follows (the trials' messages, the next step);
 * ``hops_s``: each wait between one task's end and the next task's start on the round's critical
   path — step → its first trial, the trial that joined → the next step, step → next step;
@@ -42,9 +44,11 @@ def round_timelines(path: Path) -> list[dict[str, Any]]:
         mine = [s for s in steps if int(s["t"]) == t and s["status"] != "joined already"]
         if not mine:
             continue
-        # the round's trials: those that started while one of its steps' fan-outs was out
-        first, last = mine[0]["start"], mine[-1]["start"]
-        rt = [x for x in trials if first <= x["start"] <= last]
+        # the round's trials: those that started from its first step to the next round's (a step sends
+        # its trials while it still drafts, and may judge them itself)
+        nxt = [s for s in steps if s["start"] > mine[-1]["start"] and int(s["t"]) > t]
+        first, last = mine[0]["start"], (nxt[0]["start"] if nxt else float("inf"))
+        rt = [x for x in trials if first <= x["start"] < last]
         hops: list[float] = []
         for a, b in itertools.pairwise(mine):
             between = [x for x in rt if a["end"] <= x["start"] <= b["start"]]
@@ -53,13 +57,14 @@ def round_timelines(path: Path) -> list[dict[str, Any]]:
                 hops.append(b["start"] - max(x["end"] for x in between))  # the join's send → the step
             else:
                 hops.append(b["start"] - a["ran"])
-        nxt = [s for s in steps if s["start"] > mine[-1]["start"] and int(s["t"]) > t]
         if nxt:
             hops.append(nxt[0]["start"] - mine[-1]["ran"])
         out.append(
             {
                 "t": t,
                 "steps_s": [round(s["ran"] - s["claimed"], 4) for s in mine],
+                "early": [int(s.get("early", 0)) for s in mine],
+                "joined_here": sum(int(s.get("joined_here", 0)) for s in mine),
                 "load_s": [round(sum(p[2] for p in s.get("phases", []) if p[1] == "load"), 4) for s in mine],
                 "send_s": [round(s["end"] - s["ran"], 4) for s in mine],
                 "hops_s": [round(h, 4) for h in hops],

@@ -6,7 +6,10 @@ in band: the trial that finds its batch complete in SQL sends the next ``evolve_
     evolve_step ─► evolve_trial × pending slots ─(joined in SQL)─► evolve_step ─► … ─► evolve_step (judged)
                 ─► evolve_step (next round) ─► … ─► done | stopped | failed
 
-No task waits on another. ``evolve_trial`` never raises (its policy answers an error); its
+A step sends each evaluation's trials as soon as its engine defers them (a candidate's once its smoke
+passed, beside the other candidate's drafting) and seals the batch when its engine work is done
+(:mod:`rsi_worker.cluster.evolve_batch`); a batch already complete at its seal is judged in the same
+step. No task waits on another. ``evolve_trial`` never raises (its policy answers an error); its
 idempotency key is the trial row's ``(evolve, t, candidate, task, trial, attempt)``. ``evolve_step``
 recomputes everything from stored rows (drafts, analyses and trials are stored as they are made), so a
 redelivered step decides the same and a killed worker's trials are simply run again by the next step.
@@ -32,11 +35,12 @@ from celery import Celery, current_task, group
 from rsi_common.coord import Lease
 from rsi_common.dispatch import TASK_EVOLVE_STEP, TASK_EVOLVE_TRIAL, TASK_QUEUES
 from rsi_common.stored import error_record
+from rsi_worker.cluster.evolve_batch import Fanout, failed, mark_failed, sealed_batch
 from rsi_worker.cluster.evolve_watch import holder, lease_args, release, renewed
 from rsi_worker.cluster.middleware import Middleware, Policy, TaskCall, task
 from rsi_worker.cluster.worker import WorkerContext
 from rsi_worker.evolve.engine import EvolveEnv, RunOutcome, run_step, run_trial_spec
-from rsi_worker.evolve.join import batch_of, joined
+from rsi_worker.evolve.join import joined
 from rsi_worker.evolve.memo import MEMO
 from rsi_worker.evolve.timeline import Timeline
 
@@ -67,6 +71,10 @@ def step_signature(app: Celery, name: str, lease: Lease | None = None, join: str
     """The ``evolve_step`` of run ``name`` carrying ``lease`` and, sent by a join, its batch id."""
     queue = TASK_QUEUES[TASK_EVOLVE_STEP]
     return app.signature(TASK_EVOLVE_STEP, args=([], name, *lease_args(lease), join), queue=queue)
+
+
+def _str(value: Any) -> str | None:
+    return str(value) if value else None
 
 
 def _lease(agent: str | None, token: str | None, fence: int | None, io: str | None) -> Lease | None:
@@ -122,7 +130,25 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
         if join is not None and not claim_join(coord.client, name, join, str(current_task.request.id or "")):
             return "joined already"
         claimed, step_env = time.time(), env()
-        out = run_step(step_env, name)
+        task_id = str(current_task.request.id or "")
+        fan = Fanout(lambda specs, batch: lanes(name, specs, batch, lease))
+        out = run_step(step_env, name, send=fan.early)
+        sealed, early = 0, 0
+        while out.status == "pending":
+            if not renewed(coord, lease):
+                return "stale: lease lost"
+            batch = fan.seal(coord.client, name, out.pending)
+            key = out.pending[0].get("suite_key")
+            # the trials sent early may all be stored already (they ran beside the drafts): judge here
+            if not fan.sent or not (
+                failed(coord.client, name, fan.id) or joined(step_env.store, name, batch, _str(key))
+            ):
+                break
+            if not claim_join(coord.client, name, fan.id, task_id):
+                return "joined already"
+            sealed, early = sealed + 1, early + len(fan.sent)
+            fan = Fanout(lambda specs, batch: lanes(name, specs, batch, lease))
+            out = run_step(step_env, name, send=fan.early)
         if not renewed(coord, lease):
             return "stale: lease lost"
         ran = time.time()
@@ -138,39 +164,45 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
                 t=next((pt for pt, p, _ in step_env.phases if p == "load"), out.t),  # the state's before
                 status=out.status,
                 trials=len(out.pending),
+                early=early + len(fan.sent),
+                joined_here=sealed,
                 join=join is not None,
                 phases=[[pt, p, round(sec, 4)] for pt, p, sec in step_env.phases],
             )
 
+    def lanes(name: str, specs: list[dict[str, Any]], batch: dict[str, Any], lease: Lease | None) -> None:
+        """Send ``specs`` as ``evolve_trial`` lanes carrying ``batch``: ``eval_parallel × trial_parallel``
+        of them (the round's slots; fewer when fewer trials), lane i holding specs i, i + n, …"""
+        key = specs[0].get("suite_key")
+        config = MEMO.static(env().sessions, name, _str(key)).config
+        n = max(1, min(len(specs), config.eval_parallel * config.trial_parallel))
+        queue = TASK_QUEUES[TASK_EVOLVE_TRIAL]
+        group(
+            app.signature(
+                TASK_EVOLVE_TRIAL,
+                args=(name, {"specs": specs[lane::n], "join": batch}, *lease_args(lease)),
+                queue=queue,
+                ignore_result=True,  # joined in SQL: nothing reads the lanes' results
+            )
+            for lane in range(n)
+        ).apply_async()
+
     def sent(name: str, out: RunOutcome, lease: Lease | None) -> str:
-        """Send what follows a step's outcome: its trials, the next step, or nothing (the run ended)."""
-        coord = ctx.runtime().coord
+        """Send what follows a step's outcome: the next step, or nothing (the run ended); its trials
+        were sent by its batch (:class:`Fanout`)."""
         if out.status == "pending":
-            batch, specs = batch_of(out.pending), out.pending
-            key = specs[0].get("suite_key")
-            config = MEMO.static(env().sessions, name, str(key) if key else None).config
-            n = max(1, min(len(specs), config.eval_parallel * config.trial_parallel))
-            queue = TASK_QUEUES[TASK_EVOLVE_TRIAL]
-            group(
-                app.signature(
-                    TASK_EVOLVE_TRIAL,
-                    args=(name, {"specs": specs[lane::n], "join": batch}, *lease_args(lease)),
-                    queue=queue,
-                    ignore_result=True,  # joined in SQL: nothing reads the lanes' results
-                )
-                for lane in range(n)
-            ).apply_async()
-            return f"{len(specs)} trials in {n} lanes"
+            return f"{len(out.pending)} trials"
         if out.status == "running":
             step_signature(app, name, lease).apply_async()
             return f"next step (t={out.t})"
-        release(coord, lease)
+        release(ctx.runtime().coord, lease)
         return out.status
 
     def join_step(name: str, batch: dict[str, Any] | None, key: str | None, lease: Lease | None) -> None:
-        """Send the next step when the batch is complete in SQL (module docstring)."""
-        if batch and joined(env().store, name, batch, key):
-            step_signature(app, name, lease, str(batch["id"])).apply_async(task_id=uuid.uuid4().hex)
+        """Send the next step when the batch is sealed and complete in SQL (module docstring)."""
+        whole = sealed_batch(ctx.runtime().coord.client, name, batch) if batch else None
+        if whole and joined(env().store, name, whole, key):
+            step_signature(app, name, lease, str(whole["id"])).apply_async(task_id=uuid.uuid4().hex)
 
     @task(
         app,
@@ -207,8 +239,12 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
                 out = run_trial_spec(env(), name, one, marks)
             except Exception as exc:
                 log.warning("evolve trial of %s failed: %s", name, type(exc).__name__)
-                if batch:
-                    step_signature(app, name, lease, str(batch["id"])).apply_async(task_id=uuid.uuid4().hex)
+                if batch:  # the step runs again what is not stored; an unsealed batch's step goes on
+                    client = ctx.runtime().coord.client
+                    mark_failed(client, name, str(batch["id"]))
+                    if sealed_batch(client, name, batch) is not None:
+                        step = step_signature(app, name, lease, str(batch["id"]))
+                        step.apply_async(task_id=uuid.uuid4().hex)
                 raise
             outs.append(out)
             if timeline.on:
@@ -224,6 +260,6 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
                 )
         done = time.time()
         key = specs[0].get("suite_key") if specs else None
-        join_step(name, batch, str(key) if key else None, lease)
+        join_step(name, batch, _str(key), lease)
         timeline.record(kind="join", done=done, end=time.time(), trials=len(specs))
         return outs[0] if len(outs) == 1 and "specs" not in spec else {"status": "lane", "trials": outs}

@@ -167,6 +167,9 @@ class _Run:
         self.retry = RetryPolicy.from_settings(env.settings)
         self.deferred: list[dict[str, Any]] | None = None
         """``None`` in one process; on the cluster, the trial specs deferred by this step."""
+        self.send: Callable[[list[dict[str, Any]]], None] | None = None
+        """On the cluster: called with each evaluation's deferred specs as soon as they are known (the
+        step sends them at once, beside its other work); every one of them is also in ``deferred``."""
         self.pool: SlotPool | None = None
         """The trial slots shared by the baseline's or the round's evaluations (:meth:`slots`)."""
 
@@ -205,7 +208,7 @@ class _Run:
         def defer(slots: list[tuple[str, int, int]]) -> None:
             assert deferred is not None
             split = "heldout" if candidate == HELDOUT else "evolve"
-            deferred.extend(
+            specs = [
                 {
                     "t": t,
                     "candidate": candidate,
@@ -221,7 +224,10 @@ class _Run:
                     "stop": None if stop is None else [stop.S_star, stop.delta, stop.S_t],
                 }
                 for task, j, a in slots
-            )
+            ]
+            deferred.extend(specs)
+            if self.send is not None:
+                self.send(specs)
 
         tenv = self.trial_env(clients)
         job = EvalJob(self.name, t, candidate, tuple(task_ids), self.checks, k, self.config.seed, seed_base)
@@ -531,12 +537,16 @@ class _Run:
             d = drafts[v]
             edits = tuple(Edit.from_json(e) for e in d.get("edits") or [])
             if d.get("gate") is None and "smoke" not in d:
+                t_smoke = time.perf_counter()
                 smoke = self.smoke(t, v, materialize(d["payload"]))
+                t_stored = time.perf_counter()
                 with lock:
                     d["smoke"] = smoke
                     if not smoke["ok"]:
                         d["gate"], d["detail"] = "smoke_fail", smoke["detail"]
                     self.store.set_round(self.name, t, drafts=dict(sorted(drafts.items())))
+                self.env.phase(t, f"smoke {v}", t_stored - t_smoke)
+                self.env.phase(t, f"smoke stored {v}", time.perf_counter() - t_stored)
             if d.get("gate") is not None:
                 return Candidate(v, edits, None, gate_failure=d["gate"], detail=str(d.get("detail") or ""))
             rows = self.evaluate(t, v, materialize(d["payload"]), self.evolve_ids, p.k, stop=stop, ref=(t, v))
@@ -699,14 +709,19 @@ def run_inline(env: EvolveEnv, name: str, *, max_rounds: int | None = None) -> R
     return RunOutcome("done", int(run.state["t"]), done)
 
 
-def run_step(env: EvolveEnv, name: str) -> RunOutcome:
+def run_step(
+    env: EvolveEnv, name: str, send: Callable[[list[dict[str, Any]]], None] | None = None
+) -> RunOutcome:
     """One step of the run on the cluster (docs/algorithm/evolve.md#on-the-cluster): the baseline or one
     round, as far as the stored trials allow. Returns ``pending`` with the trial specs to fan out (the
     step runs again once they are stored), ``running`` after a finished baseline or round (the next
-    step follows), or the run's final status. The stop request is not cleared here (the launch does)."""
+    step follows), or the run's final status. The stop request is not cleared here (the launch does).
+    ``send``: called (from the evaluation's thread) with each evaluation's deferred specs as soon as
+    they are known, so their trials run beside the rest of the step; ``pending`` still lists them all."""
     t_load = time.perf_counter()
     run = _Run(env, name)
     run.deferred = []
+    run.send = send
     t = int((run.state or {}).get("t", 0))
     env.phase(t if run.state is not None else -1, "load", time.perf_counter() - t_load)
     if run.status in ("done", "failed", "stopped"):
