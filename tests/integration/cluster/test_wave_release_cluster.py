@@ -37,14 +37,20 @@ def test_a_hopeless_candidate_runs_only_its_first_wave_on_free_threads(tmp_path:
     for i in range(2):
         stack.say("shop", f"bad{i}", REQUEST)
         stack.say("shop", f"bad{i}", CORRECTION)
-    env = {"RSI_MODEL_FACTORY": "tests.support.factories:hopeless", "RSI_SIM_LATENCY_MS": "100",
-           "RSI_CONSOLIDATION__EARLY_STOP_WAVE_S": "600"}  # the gate's bound never comes first, at any load
+    # a model call (600 ms) outlasts the gate's first look (0.5 s after the launch): the gate is resent
+    # at least once before the first wave releases; its bound (600 s) never comes first, at any load
+    env = {"RSI_MODEL_FACTORY": "tests.support.factories:hopeless", "RSI_SIM_LATENCY_MS": "600",
+           "RSI_CONSOLIDATION__EARLY_STOP_WAVE_S": "600"}
     with Cluster(tmp_path, db_url, redis_srv.url, n=2, concurrency=8, env=env) as cluster:
         lease = stack.coord.try_begin("shop", stack.latest_io("shop"))
         assert lease is not None
         args = [lease.agent, lease.io, lease.token, lease.fence]
         KombuDispatcher(redis_srv.url).enqueue(TASK_CONSOLIDATE, args, QUEUE_CONSOLIDATE)
         (run,) = cluster.finished("shop")
+        broker = redis.Redis.from_url(redis_srv.client_url)
+        # every chord joined: the inner chords counted their gates' successors and the added second
+        # waves exactly (a chord whose size is never reached keeps its ``.s`` key)
+        cluster.wait_for("every chord to join", lambda: not broker.keys("celery-taskset-meta-*.s"))
     assert run.status == "adopted", (run.reason, run.error)
     b = next(c for c in (run.result or {})["round"]["candidates"] if c["variant"] == "B")
     assert b["early_stopped"] and b["outcome"] == "REJECTED" and b["reason_code"] == "floor"

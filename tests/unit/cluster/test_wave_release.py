@@ -147,3 +147,34 @@ def test_a_draft_launches_its_first_wave_and_a_gate() -> None:
     assert sigs[2].options["countdown"] > 0
     for whole in (None, 5, 0, True):  # no wave, or one wave: every trial at once, no gate
         assert [s.task for s in _launch(app, d, RUN, slots, whole)] == [TASK_REPLAY_TRIAL] * 5
+
+
+def test_a_resend_keeps_the_chord_membership_under_a_new_id() -> None:
+    from celery.exceptions import Ignore
+
+    from rsi_worker.cluster.middleware import Resend, _resend
+
+    app = Celery("t", set_as_current=False)
+    sent: list[dict[str, Any]] = []
+
+    class Sig:
+        def __init__(self) -> None:
+            self.options: dict[str, Any] = {}
+
+        def clone(self) -> Sig:
+            return self
+
+        def set(self, **options: Any) -> Sig:
+            self.options.update(options)
+            return self
+
+        def apply_async(self) -> None:
+            sent.append(dict(self.options))
+
+    request = SimpleNamespace(group="g1", group_index=3, chord={"task": "celery.accumulate"}, root_id="r1")
+    with pytest.raises(Ignore):  # this execution ends uncounted by the chord
+        _resend(SimpleNamespace(request=request), Resend(Sig(), 0.5))
+    assert sent == [{"group_id": "g1", "group_index": 3, "chord": {"task": "celery.accumulate"},
+                     "root_id": "r1", "countdown": 0.5}]
+    gate = app.signature(TASK_RELEASE_WAVE, args=(RUN, CAND, 2, 0.0))
+    assert "task_id" not in gate.clone().options  # a fresh id each look: never counted as a redelivery
