@@ -252,9 +252,17 @@ def register(app: Celery, ctx: WorkerContext, chain: list[Middleware] | None = N
         return _dispatch(app, deps, flow.open_run(deps, lease, force=bool(force), kind=str(kind)))
 
     def trial_capped(call: TaskCall) -> dict[str, Any]:
+        """A trial past the redelivery cap stores nothing; a first-wave one still sends the second wave
+        when it is due (a claim it took on an earlier delivery must not strand the wave). Never raises."""
         out = {"status": "redelivery_cap", **_slot_brief(call.arguments.get("slot"))}
         a = call.arguments
-        _release_after(app, ctx.runtime().deps, str(a.get("run_id")), a.get("slot"), a.get("wave"), out)
+        if a.get("wave"):
+            try:
+                deps = ctx.runtime().deps
+                _release_after(app, deps, str(a.get("run_id")), a.get("slot"), a.get("wave"), out)
+            except Exception as exc:  # the runtime itself failed: the gate sends the wave at its bound
+                log.warning("run %s: second wave not sent by a capped trial: %s", a.get("run_id"),
+                            type(exc).__name__)
         return out
 
     @task(app, chain, TASK_REPLAY_TRIAL, Policy(
@@ -280,8 +288,19 @@ def register(app: Celery, ctx: WorkerContext, chain: list[Middleware] | None = N
             join_in_band(app, deps, run_id)
         return out
 
+    def gate_capped(call: TaskCall) -> dict[str, Any]:
+        """A gate past the redelivery cap sends the wave now (as at its bound): it looks no more, and a
+        wave it claimed before must not be stranded. Never raises."""
+        a = call.arguments
+        try:
+            _send_wave(app, ctx.runtime().deps, str(a["run_id"]), str(a["candidate"]), int(a["wave"]))
+        except Exception as exc:
+            log.warning("run %s: second wave not sent by a capped gate: %s", a.get("run_id"),
+                        type(exc).__name__)
+        return {"status": "redelivery_cap", "candidate": a.get("candidate")}
+
     @task(app, chain, TASK_RELEASE_WAVE, Policy(
-        capped=lambda call: {"status": "redelivery_cap", "candidate": call.arguments.get("candidate")},
+        capped=gate_capped,
         failed=lambda call, exc: {"status": "error", "error": error_record(exc),
                                   "candidate": call.arguments.get("candidate")},
     ))
