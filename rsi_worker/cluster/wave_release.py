@@ -23,9 +23,10 @@ absent                     not released yet: a sender takes it with its Celery t
 =========================  =============================================================================
 
 The second wave's trials are added to the chord of the sender (Celery's ``add_to_chord``, which
-raises the chord's expected size before each send): the sender is a member of the draft's chord and
-has not returned yet, so the chord cannot complete before the second wave's tasks are counted, and
-the judge (the draft chord's body) waits for them as before. A worker killed after sending part of
+raises the chord's expected size before each send): the sender is a member of the candidate's chord
+(the group the draft replaced itself with, itself one member of the draft chord) and has not returned
+yet, so that chord cannot complete before the second wave's tasks are counted, and the judge (the
+draft chord's body) waits for them as before. A worker killed after sending part of
 the wave and before marking it sent makes its redelivery send the wave again: the chord's size is
 then larger than its members (it never fires; the in-band join — ``rsi_worker.consolidate.join``,
 which counts the candidate's full slot plan from the stored rows — starts the judge), and the
