@@ -81,6 +81,7 @@ __all__ = [
     "TASK_EVOLVE_TRIAL",
     "TASK_JUDGE_ROUND",
     "TASK_QUEUES",
+    "TASK_RELEASE_WAVE",
     "TASK_REPLAY_TRIAL",
     "TASK_SWEEP",
     "TASK_TICK",
@@ -116,6 +117,9 @@ TASK_REPLAY_TRIAL = "rsi.replay_trial"
 TASK_AFTER_INCUMBENT = "rsi.after_incumbent"
 """``after_incumbent(results, run_id)``: the chord body after the incumbent's trials."""
 TASK_DRAFT_CANDIDATE = "rsi.draft_candidate"
+TASK_RELEASE_WAVE = "rsi.release_wave"
+"""A candidate's wave gate: sends its second wave when released or at ``early_stop_wave_s``
+(docs/performance/consolidation.md#trial-order)."""
 """``draft_candidate(run_id, variant)``: one draft (a chord member); a passed draft replaces itself
 with the group of its candidate's ``replay_trial`` tasks."""
 TASK_JUDGE_ROUND = "rsi.judge_round"
@@ -147,6 +151,7 @@ TASK_QUEUES: Mapping[str, str] = {
     TASK_SWEEP: QUEUE_CONSOLIDATE,
     TASK_DREAM_EPISODES: QUEUE_REPLAY,
     TASK_REPLAY_TRIAL: QUEUE_REPLAY,
+    TASK_RELEASE_WAVE: QUEUE_REPLAY,
     TASK_AFTER_INCUMBENT: QUEUE_JUDGE,
     TASK_JUDGE_ROUND: QUEUE_JUDGE,
     TASK_EVOLVE_STEP: QUEUE_CONSOLIDATE,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from celery import Celery
+from celery.exceptions import Ignore
 
 from rsi_worker.cluster.worker import WorkerContext
 from rsi_worker.observability.logs import bind, restore
@@ -41,6 +42,7 @@ __all__ = [
     "Middleware",
     "Policy",
     "Replace",
+    "Resend",
     "Settle",
     "TaskCall",
     "default_chain",
@@ -61,6 +63,17 @@ class Replace:
     so the chord body waits for the replacement's tasks too."""
 
     signature: Any
+
+
+@dataclass(frozen=True)
+class Resend:
+    """A chord member's answer asking to run again in ``countdown_s`` seconds: ``signature`` (the
+    same task and arguments) is sent as a new message with a new id that keeps this task's chord
+    membership, and this execution ends with Celery's ``Ignore`` (the chord does not count it). A
+    wait that holds no worker thread (the wave gate, ``rsi_worker/cluster/wave_release.py``)."""
+
+    signature: Any
+    countdown_s: float
 
 
 @dataclass(frozen=True)
@@ -197,6 +210,20 @@ def run_chain(chain: Sequence[Middleware], call: TaskCall, policy: Policy, body:
             m.after(call)
 
 
+def _resend(task: Any, out: Resend) -> None:
+    """Send ``out.signature`` as this chord member's successor (:class:`Resend`) and end this execution.
+
+    Raises:
+        Ignore: always (the task is done; its successor answers for it in the chord).
+    """
+    req = task.request
+    sig = out.signature.clone()
+    sig.set(group_id=req.group, group_index=req.group_index, chord=req.chord, root_id=req.root_id,
+            countdown=max(0.0, float(out.countdown_s)))
+    sig.apply_async()
+    raise Ignore("resent")
+
+
 def task(app: Celery, chain: Sequence[Middleware], name: str, policy: Policy
          ) -> Callable[[Callable[..., Any]], Any]:
     """Register the decorated body as the Celery task ``name`` wrapped in ``chain``.
@@ -215,6 +242,8 @@ def task(app: Celery, chain: Sequence[Middleware], name: str, policy: Policy
             out = run_chain(chain, call, policy, lambda: body(*args, **kwargs))
             if isinstance(out, Replace):
                 return self.replace(out.signature)  # raises Celery's Ignore: this task is done
+            if isinstance(out, Resend):
+                _resend(self, out)
             return out
 
         run.__name__, run.__qualname__, run.__doc__ = body.__name__, body.__qualname__, body.__doc__

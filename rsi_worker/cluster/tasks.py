@@ -5,7 +5,10 @@ The run's shape on the cluster (docs/architecture.md#the-runs-state-machine)::
 
     consolidate ─► chord(replay_trial × incumbent slots) ─► after_incumbent
                 ─► chord(draft_candidate × m) ─► judge_round ─► (re-run)
-                         └─ a passed draft: Task.replace(group(replay_trial × its worlds × k))
+                         └─ a passed draft: Task.replace(group(replay_trial × its first wave,
+                                                               release_wave))
+                              └─ the releasing first-wave trial (or the gate): add_to_chord(
+                                   replay_trial × its second wave)
 
 Rules: chords are built explicitly in :func:`_dispatch`, one per edge of ``flow.TRANSITIONS``; the
 one rewrite is a passed ``draft_candidate`` replacing itself with the group of its candidate's
@@ -23,6 +26,7 @@ execution harmless.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,6 +39,7 @@ from rsi_common.dispatch import (
     TASK_DRAFT_CANDIDATE,
     TASK_JUDGE_ROUND,
     TASK_QUEUES,
+    TASK_RELEASE_WAVE,
     TASK_REPLAY_TRIAL,
     TASK_SWEEP,
 )
@@ -48,17 +53,20 @@ from rsi_worker.cluster.middleware import (
     Middleware,
     Policy,
     Replace,
+    Resend,
     TaskCall,
     default_chain,
     task,
 )
 from rsi_worker.cluster.recovery import hand_on
 from rsi_worker.cluster.sweeper import sweep
+from rsi_worker.cluster.wave_release import GATE_POLL_S, gate_due, send_second_wave
 from rsi_worker.cluster.worker import WorkerContext
 from rsi_worker.consolidate import Deps, Next, flow
 from rsi_worker.consolidate.evaluate import TrialSlot
 from rsi_worker.consolidate.flow import Member, Step
 from rsi_worker.consolidate.join import ready_step
+from rsi_worker.consolidate.waves import release_due, released, releases
 
 __all__ = ["MEMBER_TASKS", "STEP_TASKS", "CeleryDispatcher", "join_in_band", "register"]
 
@@ -145,8 +153,57 @@ def _claimed_step(app: Celery, deps: Deps, step: Step, run_id: str) -> str:
     return _dispatch(app, deps, nxt)
 
 
+def _task_id(app: Celery) -> str:
+    current = app.current_task
+    return str(getattr(getattr(current, "request", None), "id", None) or "")
+
+
+def _send_wave(app: Celery, deps: Deps, run_id: str, candidate: str, wave: int) -> bool:
+    """Send ``candidate``'s second wave under the release claim, added to the current task's chord
+    (``rsi_worker/cluster/wave_release.py``); True when this task sent it."""
+    current, trial = app.current_task, MEMBER_TASKS["trials"]
+
+    def send(slots: Any) -> None:
+        for s in slots:  # each add raises the chord's size before the trial is sent
+            current.add_to_chord(app.signature(trial, args=(run_id, s, 0), queue=TASK_QUEUES[trial]))
+
+    return send_second_wave(deps, run_id, candidate, wave, _task_id(app), send)
+
+
+def _release_after(app: Celery, deps: Deps, run_id: str, slot: Any, wave: Any, out: Any) -> None:
+    """After a first-wave trial (``wave`` > 0) returned ``out``: send the second wave when it is due
+    (``waves.release_due``). Never raises: the gate, or this task's redelivery, sends it otherwise."""
+    if not isinstance(wave, int) or isinstance(wave, bool) or wave <= 0 or not isinstance(slot, dict):
+        return
+    if isinstance(out, dict) and out.get("status") in ("stale", "lease_lost"):
+        return  # the run is over (or no longer ours): nothing to release
+    try:
+        candidate = str(slot["candidate"])
+        if not (isinstance(out, dict) and releases(out)):
+            bounds, counted = deps.coord.bound_progress(run_id, candidate)
+            if not release_due(None, bounds, counted, wave, deps.coord.is_cancelled(run_id, candidate)):
+                return
+        _send_wave(app, deps, run_id, candidate, wave)
+    except Exception as exc:
+        log.warning("run %s: second wave not sent by a trial: %s", run_id, type(exc).__name__)
+
+
 def _slot_brief(slot: Any) -> dict[str, Any]:
     return {k: slot.get(k) for k in ("candidate", "world_id", "trial")} if isinstance(slot, dict) else {}
+
+
+def _launch(app: Celery, deps: Deps, run_id: str, slots: list[Any], wave: Any) -> list[Any]:
+    """A passed draft's replacement: its first ``wave`` trials (each told ``wave``) and the gate
+    (``release_wave``, first look in ``GATE_POLL_S``), or every trial (``wave`` absent or whole)."""
+    trial = MEMBER_TASKS["trials"]
+    n = wave if isinstance(wave, int) and not isinstance(wave, bool) and 0 < wave < len(slots) else None
+    if n is None:
+        return [app.signature(trial, args=(run_id, s.to_json()), queue=TASK_QUEUES[trial]) for s in slots]
+    deadline = time.time() + deps.params.early_stop_wave_s
+    gate = app.signature(TASK_RELEASE_WAVE, args=(run_id, slots[0].candidate, n, deadline),
+                         queue=TASK_QUEUES[TASK_RELEASE_WAVE], countdown=GATE_POLL_S)
+    return [*(app.signature(trial, args=(run_id, s.to_json(), n), queue=TASK_QUEUES[trial])
+              for s in slots[:n]), gate]
 
 
 def register(app: Celery, ctx: WorkerContext, chain: list[Middleware] | None = None) -> None:
@@ -194,22 +251,73 @@ def register(app: Celery, ctx: WorkerContext, chain: list[Middleware] | None = N
         lease = Lease(agent, token, int(fence), io)
         return _dispatch(app, deps, flow.open_run(deps, lease, force=bool(force), kind=str(kind)))
 
+    def trial_capped(call: TaskCall) -> dict[str, Any]:
+        """A trial past the redelivery cap stores nothing; a first-wave one still sends the second wave
+        when it is due (a claim it took on an earlier delivery must not strand the wave). Never raises."""
+        out = {"status": "redelivery_cap", **_slot_brief(call.arguments.get("slot"))}
+        a = call.arguments
+        if a.get("wave"):
+            try:
+                deps = ctx.runtime().deps
+                _release_after(app, deps, str(a.get("run_id")), a.get("slot"), a.get("wave"), out)
+            except Exception as exc:  # the runtime itself failed: the gate sends the wave at its bound
+                log.warning("run %s: second wave not sent by a capped trial: %s", a.get("run_id"),
+                            type(exc).__name__)
+        return out
+
     @task(app, chain, TASK_REPLAY_TRIAL, Policy(
-        capped=lambda call: {"status": "redelivery_cap", **_slot_brief(call.arguments.get("slot"))},
+        capped=trial_capped,
         failed=lambda call, exc: {"status": "error", "error": error_record(exc),
                                   **_slot_brief(call.arguments.get("slot"))},
     ))
-    def replay_trial(run_id: str, slot: dict[str, Any]) -> dict[str, Any]:
-        """One trial (chord member; never raises).
+    def replay_trial(run_id: str, slot: dict[str, Any], wave: int | None = None) -> dict[str, Any]:
+        """One trial (chord member; never raises). ``wave``: ``None`` for a trial launched whole
+        (it may wait in ``waves.await_first_wave``); ``n`` > 0 for a first-wave trial of a first wave
+        of ``n`` slots, which sends the second wave when its result releases it; ``0`` for a trial
+        of a released second wave (it does not wait).
 
         Idempotency key: ``(run_id, candidate, world_id, trial)`` — a stored row is returned; the
-        early-stop report is slot-idempotent in Redis.
+        early-stop report is slot-idempotent in Redis; the second wave is sent once (its claim,
+        ``rsi_worker/cluster/wave_release.py``).
         """
         deps = ctx.runtime().deps
-        out = flow.run_trial(deps, run_id, TrialSlot.from_json(slot))
+        with released(wave == 0):
+            out = flow.run_trial(deps, run_id, TrialSlot.from_json(slot))
+        _release_after(app, deps, run_id, slot, wave, out)
         if out.get("status") not in _NOT_STORED:
             join_in_band(app, deps, run_id)
         return out
+
+    def gate_capped(call: TaskCall) -> dict[str, Any]:
+        """A gate past the redelivery cap sends the wave now (as at its bound): it looks no more, and a
+        wave it claimed before must not be stranded. Never raises."""
+        a = call.arguments
+        try:
+            _send_wave(app, ctx.runtime().deps, str(a["run_id"]), str(a["candidate"]), int(a["wave"]))
+        except Exception as exc:
+            log.warning("run %s: second wave not sent by a capped gate: %s", a.get("run_id"),
+                        type(exc).__name__)
+        return {"status": "redelivery_cap", "candidate": a.get("candidate")}
+
+    @task(app, chain, TASK_RELEASE_WAVE, Policy(
+        capped=gate_capped,
+        failed=lambda call, exc: {"status": "error", "error": error_record(exc),
+                                  "candidate": call.arguments.get("candidate")},
+    ))
+    def release_wave(run_id: str, candidate: str, wave: int, deadline: float) -> Any:
+        """A candidate's wave gate (chord member; never raises): sends the second wave when it is
+        released or at ``deadline`` (epoch seconds: the launch plus ``early_stop_wave_s``), else looks
+        again in ``GATE_POLL_S`` as a new message (``Resend``: no thread held meanwhile).
+        Idempotency key: ``(run_id, candidate)`` — the release claim; the same task id re-enters it."""
+        deps = ctx.runtime().deps
+        due = gate_due(deps, run_id, candidate, int(wave), float(deadline))
+        if due is None:
+            return {"status": "sent", "candidate": candidate}
+        if due:
+            sent = _send_wave(app, deps, run_id, candidate, int(wave))
+            return {"status": "released" if sent else "sent", "candidate": candidate}
+        return Resend(app.signature(TASK_RELEASE_WAVE, args=(run_id, candidate, int(wave), float(deadline)),
+                                    queue=TASK_QUEUES[TASK_RELEASE_WAVE]), GATE_POLL_S)
 
     @task(app, chain, TASK_AFTER_INCUMBENT, run_step)
     def after_incumbent(_results: Any, run_id: str) -> str:
@@ -226,16 +334,15 @@ def register(app: Celery, ctx: WorkerContext, chain: list[Middleware] | None = N
     def draft_candidate(run_id: str, variant: str) -> Any:
         """Draft one variant and, when it passed the precheck and critic, launch its trials at once
         (chord member; never raises): the task replaces itself with the group of its candidate's
-        ``replay_trial`` tasks, which stays a member of the draft chord, so ``judge_round`` waits for
-        them. Idempotency key: ``(run_id, variant)`` — a redelivery finds the draft and its slots
+        first-wave ``replay_trial`` tasks and its wave gate (all of them when there is one wave), which
+        stays a member of the draft chord, so ``judge_round`` waits for them and for the second wave
+        they add to it. Idempotency key: ``(run_id, variant)`` — a redelivery finds the draft and its slots
         stored; its trials are keyed slots."""
         deps = ctx.runtime().deps
         out = flow.run_draft(deps, run_id, variant)
         slots = flow.follow_on("drafts", out)
         if slots:
-            trial = MEMBER_TASKS["trials"]
-            return Replace(group(app.signature(trial, args=(run_id, s.to_json()), queue=TASK_QUEUES[trial])
-                                 for s in slots))
+            return Replace(group(_launch(app, deps, run_id, slots, out.get("wave"))))
         if out.get("status") not in _NOT_STORED:
             join_in_band(app, deps, run_id)
         return {"variant": variant, "gate": out.get("gate"),

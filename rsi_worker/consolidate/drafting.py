@@ -23,6 +23,7 @@ from rsi_worker.consolidate.screen_inputs import screen_inputs
 from rsi_worker.consolidate.spend import charge, over_cap, usage_tokens
 from rsi_worker.consolidate.state import ConsolidationState
 from rsi_worker.consolidate.trials import row_json
+from rsi_worker.consolidate.waves import wave_size
 
 __all__ = ["draft_and_launch", "draft_step", "launch_candidate", "store_draft"]
 
@@ -131,11 +132,13 @@ def draft_and_launch(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], v
     """Steps 12–13 for one variant: the ``drafts`` member of the state machine (``flow.run_draft``).
 
     Returns the variant's stored draft (drafted now, or the stored one) and, when it passed the
-    precheck and critic, ``"slots"``: its trial slots (JSON), the member's follow-on trials — the
+    precheck and critic, ``"slots"``: its trial slots (JSON), the member's follow-on trials, and
+    ``"wave"``: how many of them form the first wave (``waves.wave_size``) — the
     cluster's ``draft_candidate`` task replaces itself with them, the inline driver submits them to
     its pool. A redelivery finds its draft and slots stored and launches the same keyed trials.
     """
     draft = draft_step(deps, ctx, drafts, variant)
     if draft.get("gate") is not None or not draft.get("payload"):
         return draft
-    return {**draft, "slots": [s.to_json() for s in launch_candidate(deps, ctx, variant)]}
+    slots = launch_candidate(deps, ctx, variant)
+    return {**draft, "slots": [s.to_json() for s in slots], "wave": wave_size(deps, ctx, slots)}

@@ -16,11 +16,10 @@ from typing import Any, Protocol, TypeVar
 from rsi_common.coord import Lease
 from rsi_worker.consolidate import flow
 from rsi_worker.consolidate.context import Deps, RoundContext
-from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot
 from rsi_worker.consolidate.opening import KIND_CONSOLIDATE
 from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.result import ConsolidationResult
-from rsi_worker.consolidate.waves import WaveGate, first_wave
+from rsi_worker.consolidate.waves import WaveGate, wave_size
 
 __all__ = ["NotOpened", "SerialExecutor", "ThreadExecutor", "TrialExecutor", "consolidate_inline", "run_once"]
 
@@ -56,19 +55,9 @@ class ThreadExecutor:
 
 
 def _first_wave(deps: Deps, ctx: RoundContext, slots: Sequence[Any]) -> int:
-    """How many of a candidate's follow-on ``slots`` (plan order) go to the pool at once: its first
-    wave (``waves.first_wave``, from the bound in Redis), or all of them when waves are off, early stop
-    is off, or no bound can be read (the trials then decide alone, as on the cluster;
+    """How many of a candidate's follow-on ``slots`` go to the pool at once (``waves.wave_size``;
     docs/performance/consolidation.md#trial-order)."""
-    if (not slots or not ctx.early_stop or deps.params.early_stop_wave_s <= 0
-            or not isinstance(slots[0], TrialSlot) or slots[0].candidate == INCUMBENT):
-        return len(slots)
-    try:
-        bounds, _ = deps.coord.bound_progress(ctx.run_id, slots[0].candidate)
-    except Exception as exc:  # a member never raises; neither does its launch
-        log.warning("run %s: no wave for %s: %s", ctx.run_id, slots[0].candidate, type(exc).__name__)
-        return len(slots)
-    return len(slots) if bounds is None else first_wave(slots, ctx.checks, bounds, deps.coord.margin)
+    return wave_size(deps, ctx, slots)
 
 
 def _fan_out(deps: Deps, edge: flow.Edge, ctx: RoundContext, items: Sequence[Any],
@@ -113,8 +102,9 @@ def _fan_out(deps: Deps, edge: flow.Edge, ctx: RoundContext, items: Sequence[Any
             return lambda f: gate.done(None if f.exception() is not None else f.result())
 
         for done in as_completed(firsts):
-            slots = flow.follow_on(members, done.result())
-            n = _first_wave(deps, ctx, slots)
+            res = done.result()
+            slots = flow.follow_on(members, res)
+            n = res["wave"] if isinstance(res.get("wave"), int) else _first_wave(deps, ctx, slots)
             first = [pool.submit(follower, x) for x in slots[:n]]
             followers += first
             if n < len(slots):

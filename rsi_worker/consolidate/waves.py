@@ -23,20 +23,33 @@ one trial later.
 candidate's second wave to its pool only when a first-wave result releases it (a criterion passed, the
 candidate cancelled, or every first-wave trial returned), so another candidate's trials take the
 threads meanwhile. The released trials still call :func:`await_first_wave`, which then returns at once.
+
+**Nor on the cluster** (``rsi_worker/cluster/wave_release.py``): a candidate's draft sends only its first
+wave and a gate; the first-wave trial whose result releases the wave (:func:`release_due`), or the gate,
+sends the rest under one claim. Trials so sent run inside :func:`released` and never wait.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
 
 from rsi_common.coord import Bounds
 from rsi_common.math.bounds import can_stop_exactly
-from rsi_worker.consolidate.evaluate import TrialSlot
+from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot
 
-__all__ = ["WAVE_POLL_S", "WAVE_WAIT_S", "WaveGate", "await_first_wave", "first_wave", "releases"]
+if TYPE_CHECKING:
+    from rsi_worker.consolidate.context import Deps, RoundContext
+
+__all__ = ["WAVE_POLL_S", "WAVE_WAIT_S", "WaveGate", "await_first_wave", "first_wave", "is_released",
+           "release_due", "released", "releases", "wave_size"]
+
+log = logging.getLogger(__name__)
 
 WAVE_WAIT_S = 30.0
 """Longest wait of a second-wave trial for its first wave."""
@@ -58,6 +71,53 @@ def first_wave(slots: Sequence[TrialSlot], checks: Mapping[str, Sequence[Any]], 
     return len(slots)
 
 
+def wave_size(deps: Deps, ctx: RoundContext, slots: Sequence[Any]) -> int:
+    """How many of a candidate's follow-on ``slots`` (plan order) are sent at once: its first wave
+    (:func:`first_wave`, from the bound in Redis), or all of them when waves are off, early stop is off,
+    or no bound can be read (the trials then decide alone)."""
+    if (not slots or not ctx.early_stop or deps.params.early_stop_wave_s <= 0
+            or not isinstance(slots[0], TrialSlot) or slots[0].candidate == INCUMBENT):
+        return len(slots)
+    try:
+        bounds, _ = deps.coord.bound_progress(ctx.run_id, slots[0].candidate)
+    except Exception as exc:  # a member never raises; neither does its launch
+        log.warning("run %s: no wave for %s: %s", ctx.run_id, slots[0].candidate, type(exc).__name__)
+        return len(slots)
+    return len(slots) if bounds is None else first_wave(slots, ctx.checks, bounds, deps.coord.margin)
+
+
+_RELEASED: ContextVar[bool] = ContextVar("rsi_wave_released", default=False)
+
+
+@contextlib.contextmanager
+def released(on: bool = True) -> Iterator[None]:
+    """Run a trial whose wave was released already (sent by a release, never before it): inside,
+    :func:`is_released` is true and the trial does not wait in :func:`await_first_wave` (its cancel
+    flag is still read when it starts)."""
+    token = _RELEASED.set(on)
+    try:
+        yield
+    finally:
+        _RELEASED.reset(token)
+
+
+def is_released() -> bool:
+    """Whether the current trial runs inside :func:`released`."""
+    return _RELEASED.get()
+
+
+def release_due(result: Mapping[str, Any] | None, bounds: Bounds | None, counted: int, wave: int,
+                cancelled: bool) -> bool:
+    """Whether a candidate's second wave is to be sent now, from one first-wave ``result`` (``None``:
+    none at hand, e.g. the gate) and the candidate's state in Redis: the result :func:`releases` it,
+    the candidate is cancelled, a counted trial passed a criterion (``A`` > 0), every one of the
+    ``wave`` first-wave slots is counted, or no bound is stored (never created, or cleaned up at the
+    run's close: nothing to wait for)."""
+    if result is not None and releases(result):
+        return True
+    return cancelled or bounds is None or bounds.A > 0 or counted >= wave
+
+
 def await_first_wave(slot: TrialSlot, plan: Sequence[Mapping[str, Any]], checks: Mapping[str, Sequence[Any]],
                      read: Callable[[], tuple[Bounds | None, int]], stop: Callable[[], bool], *,
                      wait_s: float = WAVE_WAIT_S, poll_s: float = WAVE_POLL_S,
@@ -70,6 +130,8 @@ def await_first_wave(slot: TrialSlot, plan: Sequence[Mapping[str, Any]], checks:
         read: the candidate's bound and the number of slots counted in it (Redis).
         stop: the replay's cancel callback (cancel flag; renews the lease).
     """
+    if is_released():
+        return False
     slots = [TrialSlot.from_json(s) for s in plan]
     mine = (slot.world_id, slot.trial)
     index = next((i for i, s in enumerate(slots) if (s.world_id, s.trial) == mine), None)
