@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from rsi_common.boundary import check_id
 from rsi_common.credentials import safe_repr
 from rsi_common.db.agents import ensure_agent, lock_agent
-from rsi_common.db.models import TrajectoryRow, WorldRow
+from rsi_common.db.models import AgentRow, TrajectoryRow, WorldRow
 from rsi_common.db.sqltypes import db_ago, db_now
 from rsi_common.errors import InvalidInput
 from rsi_common.world import new_world_id
@@ -24,6 +24,7 @@ from rsi_common.world import new_world_id
 __all__ = [
     "get_world",
     "load_latest_worlds",
+    "lock_agent_before_worlds",
     "mark_enqueued",
     "retain_trajectories",
     "retain_worlds",
@@ -161,6 +162,15 @@ def world_by_io(session: Session, agent_id: str, io_id: str) -> WorldRow | None:
     ).scalar_one_or_none()
 
 
+def lock_agent_before_worlds(session: Session, agent_id: str) -> None:
+    """On PostgreSQL, lock the agent's row before a world of it is written: the pool-epoch triggers
+    update the agent row on every world write, and the record path locks the agent before it inserts
+    and deletes worlds, so a writer that locked a world first could deadlock with it
+    (docs/performance/consolidation.md#the-no-signal-path). SQLite serialises writers: no statement."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(sa.select(AgentRow.id).where(AgentRow.id == agent_id).with_for_update())
+
+
 def update_signals(
     session: Session,
     agent_id: str,
@@ -184,6 +194,7 @@ def update_signals(
     """
     if (world_id is None) == (io_id is None):
         raise InvalidInput("give exactly one of world_id or io_id")
+    lock_agent_before_worlds(session, agent_id)
     where = WorldRow.id == world_id if world_id is not None else WorldRow.io_id == io_id
     row = session.execute(
         sa.select(WorldRow)

@@ -43,6 +43,7 @@ from rsi_common.db.runtime_models import (
     SpendRow,
 )
 from rsi_common.db.sqltypes import db_now
+from rsi_common.db.worlds import lock_agent_before_worlds
 from rsi_common.errors import InvalidInput
 from rsi_common.kernel.types import TurnResult
 from rsi_common.runtime import keys
@@ -241,6 +242,7 @@ def _turn_spend(s: Session, agent: str, logical: str) -> tuple[int, float]:
 
 
 def _taint(s: Session, agent: str, logical: str, reason: str) -> int:
+    lock_agent_before_worlds(s, agent)
     done: Any = s.execute(sa.update(WorldRow).where(
         WorldRow.agent_id == agent, sa.or_(WorldRow.io_id == logical, WorldRow.io_id.like(f"{logical}+%")))
         .values(tainted=True, taint_reason=reason[:300]))

@@ -7,9 +7,12 @@ through another engine (another process) as well."""
 from __future__ import annotations
 
 import random
+import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -150,3 +153,41 @@ def test_a_recreated_agent_does_not_match_its_old_memo(engine: Engine) -> None:
     recreate("io4", 400.0, datetime(2021, 1, 1, tzinfo=UTC))  # epoch 1 = the memo's
     assert [h.io_id for h in _window(engine, "re")] == ["io4"]
     pool_memo.clear()
+
+
+def test_a_signal_on_a_world_being_retired_waits_for_the_agent_not_a_lock_cycle(engine: Engine) -> None:
+    """PostgreSQL: the record path holds the agent's lock and then deletes a world; a signal written on
+    that world meanwhile must queue on the agent (taken first) rather than lock the world and then, by
+    its trigger, wait for the agent — the cycle PostgreSQL breaks with a deadlock error."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("SQLite serialises writers: no row locks")
+    factory = session_factory(engine)
+    with factory.begin() as s:
+        world = save_world(s, "dl", make_world("io1", 1000.0), retention=None).id
+    errors: list[BaseException] = []
+    results: list[object] = []
+
+    def signal() -> None:
+        try:
+            with factory.begin() as s2:
+                s2.execute(sa.text("SET LOCAL application_name = 'rsi-dl-signal'"))
+                results.append(update_signals(s2, "dl", {"stars": 1}, world_id=world))
+        except BaseException as exc:
+            errors.append(exc)
+
+    with factory.begin() as s1:
+        s1.execute(sa.select(AgentRow.id).where(AgentRow.id == "dl").with_for_update())
+        worker = threading.Thread(target=signal)
+        worker.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the signal's transaction waits for a lock
+            with engine.connect() as probe:
+                waiting = probe.execute(sa.text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'rsi-dl-signal' "
+                    "AND wait_event_type = 'Lock'")).scalar_one()
+            if waiting:
+                break
+            time.sleep(0.02)
+        s1.execute(sa.delete(WorldRow).where(WorldRow.id == world))
+    worker.join(60)
+    assert not worker.is_alive() and errors == [] and results == [None]
