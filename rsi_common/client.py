@@ -55,6 +55,7 @@ from rsi_common.db.record import (
     record_bare_turn,
     record_world_turn,
     unmarked,
+    warm_record_path,
 )
 from rsi_common.dispatch import Dispatcher, KombuDispatcher, redis_py_url
 from rsi_common.errors import CredentialError, InvalidInput, SettingsError, TurnNotStored
@@ -365,6 +366,7 @@ class RsiClient:
         self._listener_lock = threading.Lock()
         self._listener_started = False
         self._marks = _Marks(self._write_marks, mark_delay_s, MARK_BATCH)
+        self._warm = False
 
     # --- recording --------------------------------------------------------------------------------
 
@@ -426,6 +428,8 @@ class RsiClient:
         """One record transaction (:func:`~rsi_common.db.lean_tx.lean_begin`: no SQLAlchemy
         transaction objects, the engine's events kept); the hand-off marks that are due ride on it
         (put back if it fails)."""
+        if not self._warm:  # the statements compiled before the first write turn, not under it
+            self._warm = warm_record_path(self.engine)
         marks = self._marks.take()
         skipped: list[str] = []
         try:

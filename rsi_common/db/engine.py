@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import json
 import os
 import threading
@@ -192,6 +193,14 @@ class _WriterQueue:
     the ``COMMIT`` (or ``ROLLBACK``) — which is why the commit is run here, in SQLAlchemy's ``commit``
     event, before the lock is released (the driver's own commit that follows finds no transaction
     open and does nothing). Writers of other processes still meet the busy handler.
+
+    No garbage collection starts in the process while it holds the write turn: the automatic
+    collector is disabled from the turn's start to its end (when it was enabled) and a collection
+    that came due meanwhile runs after the release. A full collection of a worker takes 50–300 ms
+    of CPU (tens of thousands of objects), and every thread of the process — the holder included —
+    stops for it, so a collection that started under the turn made every writer of the database,
+    the host's ``record_turn`` too, wait for it (docs/performance/record-path.md#the-loadtest-tail).
+    Holders of several engines in one process share one count (:class:`_GcPause`).
     """
 
     _KEY = "rsi_sqlite_writer"
@@ -207,6 +216,7 @@ class _WriterQueue:
         if self._file is not None and not self._file.acquire(deadline):
             self._lock.release()
             raise _no_turn()
+        _GC_PAUSE.enter()
         conn.info[self._KEY] = True
 
     def end(self, conn: Connection, *, commit: bool) -> None:
@@ -227,7 +237,36 @@ class _WriterQueue:
         if info.pop(self._KEY, False):
             if self._file is not None:
                 self._file.release()
+            _GC_PAUSE.leave()  # before the thread lock: the next holder finds the collector as it was
             self._lock.release()
+
+
+class _GcPause:
+    """The automatic garbage collector paused while any writer of the process holds a write turn
+    (:class:`_WriterQueue`): disabled by the first holder when it was enabled, enabled again by the
+    last one. A collector disabled by the application stays disabled."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._paused = False
+
+    def enter(self) -> None:
+        with self._lock:
+            if self._holders == 0 and gc.isenabled():
+                gc.disable()
+                self._paused = True
+            self._holders += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            if self._holders == 0 and self._paused:
+                self._paused = False
+                gc.enable()
+
+
+_GC_PAUSE = _GcPause()
 
 
 def _no_turn() -> sa.exc.OperationalError:

@@ -52,9 +52,20 @@ class Fenced:
 def fenced_rows(session: Session, run_id: str) -> Fenced | None:
     """The run's columns and its agent's, the agent row locked (PostgreSQL: ``FOR UPDATE``, then the
     run row re-read ``FOR UPDATE``, in the lock order agent → run; SQLite: the write lock is held
-    from ``BEGIN IMMEDIATE``). ``None``: unknown run or agent."""
+    from ``BEGIN IMMEDIATE``, so both are read in one joined ``SELECT``). ``None``: unknown run or
+    agent."""
     runs, agents = RunRow.__table__, AgentRow.__table__
     run_cols = [runs.c[c] for c in _RUN_COLUMNS]
+    if session.get_bind().dialect.name == "sqlite":  # one statement: the lock is the transaction's
+        both = session.execute(
+            sa.select(*run_cols, *(agents.c[c] for c in _AGENT_COLUMNS))
+            .select_from(runs.join(agents, agents.c.id == runs.c.agent_id)).where(runs.c.id == run_id)
+        ).one_or_none()
+        if both is None:  # unknown run, or its agent is gone
+            return None
+        n = len(_RUN_COLUMNS)
+        return Fenced(dict(zip(_RUN_COLUMNS, both[:n], strict=True)),
+                      dict(zip(_AGENT_COLUMNS, both[n:], strict=True)))
     found = session.execute(sa.select(*run_cols).where(runs.c.id == run_id)).one_or_none()
     if found is None:
         return None

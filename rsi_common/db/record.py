@@ -36,13 +36,14 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from rsi_common.db.models import AgentRow, RunRow, TrajectoryRow, WorldRow
 from rsi_common.db.plain_sql import PlainStatement, plain
 from rsi_common.db.runs import new_run_id, retain_runs
 from rsi_common.db.sqltypes import JSONType, db_now
-from rsi_common.db.worlds import retain_trajectories, retain_worlds
+from rsi_common.db.worlds import LATEST_WORLDS, retain_trajectories, retain_worlds
 from rsi_common.world import new_world_id
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "record_bare_turn",
     "record_world_turn",
     "unmarked",
+    "warm_record_path",
 ]
 
 RETENTION_EVERY = 16
@@ -127,13 +129,21 @@ def _statements(dialect: str) -> dict[str, Any]:
             .with_for_update(skip_locked=True))  # PostgreSQL: never waits; SQLite: one writer, no clause
     mark = sa.update(_W).where(_W.c.id.in_(free.scalar_subquery())).values(enqueued_at=now)
     skipped = sa.insert(_R).values(started_at=now, finished_at=now)
+    # the amortised retention: retain_worlds' and retain_trajectories' statements, keep bound
+    agent, keep = sa.bindparam("agent_id", type_=sa.String()), sa.bindparam("keep", type_=sa.Integer())
+    kept_worlds = sa.select(_W.c.id).where(_W.c.agent_id == agent).order_by(*LATEST_WORLDS).limit(keep)
+    kept_traj = (sa.select(_T.c.id).where(_T.c.agent_id == agent)
+                         .order_by(_T.c.created_at.desc(), _T.c.id.desc()).limit(keep))
+    retain_w = sa.delete(_W).where(_W.c.agent_id == agent, _W.c.id.not_in(kept_worlds.scalar_subquery()))
+    retain_t = sa.delete(_T).where(_T.c.agent_id == agent, _T.c.id.not_in(kept_traj.scalar_subquery()))
     return {"upsert": upsert, "world": world, "existing": existing, "trajectory": trajectory, "mark": mark,
-            "skipped": skipped, "trajectory_all": every_field}
+            "skipped": skipped, "trajectory_all": every_field, "retain_worlds": retain_w,
+            "retain_trajectories": retain_t}
 
 
 _TRAJECTORY_FIELDS = tuple(c.key for c in _T.columns if c.key not in ("id", "created_at"))
 
-_PLAIN = ("upsert", "world", "trajectory_all")
+_PLAIN = ("upsert", "world", "trajectory_all", "retain_worlds", "retain_trajectories")
 """The steady statements run as compiled driver SQL where the dialect allows (:mod:`.plain_sql`)."""
 
 _plain_cache: weakref.WeakKeyDictionary[Dialect, dict[str, PlainStatement]] = weakref.WeakKeyDictionary()
@@ -149,6 +159,22 @@ def _plain_statements(dialect: Dialect) -> dict[str, PlainStatement]:
         found = {k: v for k, v in compiled.items() if v is not None}
         _plain_cache[dialect] = found
     return found
+
+
+def warm_record_path(engine: Engine) -> bool:
+    """Compile the steady statements for ``engine`` (:func:`_plain_statements`) before its first
+    record transaction, so their compilation (~13 ms of CPU idle, once per process) is not done under
+    SQLite's write turn, where every writer of the database waits for it
+    (docs/performance/record-path.md#the-loadtest-tail). One connection is checked out first (the
+    dialect reads the server's version on the first connect). ``False`` when the database cannot
+    be reached: the first transaction then compiles them, as before."""
+    try:
+        with engine.connect():
+            pass
+    except SQLAlchemyError:
+        return False
+    _plain_statements(engine.dialect)
+    return True
 
 
 def _execute(conn: Connection, name: str, params: Mapping[str, Any]) -> list[Any]:
@@ -224,10 +250,20 @@ def _retain(conn: Connection, agent_id: str, agent: AgentTurn, world_retention: 
             trajectory_retention: int | None, every: int) -> None:
     if agent.turns % every:
         return
+    # compiled once like the steady statements (a Core delete compiled on the first 16th turn of the
+    # process held the write turn for it: docs/performance/record-path.md#the-loadtest-tail)
+    fast = _plain_statements(conn.dialect)
     if world_retention is not None:
-        retain_worlds(conn, agent_id, world_retention)
+        if world_retention < 0 or "retain_worlds" not in fast:
+            retain_worlds(conn, agent_id, world_retention)  # its error, or Core
+        else:
+            fast["retain_worlds"].run(conn, {"agent_id": agent_id, "keep": world_retention})
     if trajectory_retention is not None:
-        retain_trajectories(conn, agent_id, trajectory_retention)
+        if "retain_trajectories" not in fast:
+            retain_trajectories(conn, agent_id, trajectory_retention)
+        else:
+            keep = max(0, trajectory_retention)
+            fast["retain_trajectories"].run(conn, {"agent_id": agent_id, "keep": keep})
 
 
 def record_world_turn(

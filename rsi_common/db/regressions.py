@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from rsi_common.db.engine import EncodedJSON
@@ -112,18 +113,12 @@ def add_regressions(
     Returns:
         The number of lessons removed by the bound.
     """
-    have = set(
-        session.execute(
-            sa.select(RegressionRow.world_id).where(
-                RegressionRow.agent_id == agent_id, RegressionRow.version == version
-            )
-        ).scalars()
-    )
     rows = []
-    for e in entries:
-        if e["world_id"] in have:
+    seen: set[str] = set()
+    for e in entries:  # the first entry of a world; one stored before is kept by ON CONFLICT below
+        if e["world_id"] in seen:
             continue
-        have.add(e["world_id"])
+        seen.add(e["world_id"])
         rows.append({
             "id": "rg_" + secrets.token_hex(12), "agent_id": agent_id, "version": version, "run_id": run_id,
             "world_id": e["world_id"], "lesson": str(e["lesson"])[:LESSON_CHARS],
@@ -131,19 +126,16 @@ def add_regressions(
             "signals": dict(e.get("signals") or {}), "interaction_id": str(e.get("interaction_id") or ""),
             "seq": int(e.get("seq") or 0), "checks": [dict(c) for c in e["checks"]],
         })
-    if rows:  # one cached Core statement, executemany (no ORM unit of work); the clock columns by
-        table: Any = RegressionRow.__table__  # their defaults, db_now()
-        session.execute(sa.insert(table), rows)
-    ordered = list(
-        session.execute(
-            sa.select(RegressionRow.id)
-            .where(RegressionRow.agent_id == agent_id)
-            .order_by(
-                RegressionRow.last_used_at.desc(), RegressionRow.created_at.desc(), RegressionRow.id.desc()
-            )
-        ).scalars()
-    )
-    victims = ordered[max(0, bound) :]
-    if victims:
-        session.execute(sa.delete(RegressionRow).where(RegressionRow.id.in_(victims)))
-    return len(victims)
+    table: Any = RegressionRow.__table__
+    if rows:  # one cached Core statement, executemany (no ORM unit of work, no read of the stored
+        # lessons first: the unique (agent, version, world) key keeps a stored one); the clock
+        # columns by their defaults, db_now()
+        insert: Any = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+        session.execute(insert(table).on_conflict_do_nothing(
+            index_elements=["agent_id", "version", "world_id"]), rows)
+    kept = (sa.select(table.c.id).where(table.c.agent_id == agent_id)
+            .order_by(table.c.last_used_at.desc(), table.c.created_at.desc(), table.c.id.desc())
+            .limit(max(0, bound)))
+    result: Any = session.execute(sa.delete(table).where(  # the bound in one statement
+        table.c.agent_id == agent_id, table.c.id.not_in(kept.scalar_subquery())))
+    return int(result.rowcount or 0)

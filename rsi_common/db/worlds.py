@@ -22,6 +22,7 @@ from rsi_common.errors import InvalidInput
 from rsi_common.world import new_world_id
 
 __all__ = [
+    "LATEST_WORLDS",
     "get_world",
     "load_latest_worlds",
     "lock_agent_before_worlds",
@@ -38,6 +39,8 @@ __all__ = [
 ]
 
 _LATEST = (WorldRow.clock.desc(), WorldRow.seq.desc(), WorldRow.id.desc())
+LATEST_WORLDS = _LATEST
+"""The order of an agent's latest worlds (retention keeps the first ``keep``)."""
 
 
 def _opt_str(world: Mapping[str, Any], key: str) -> str | None:

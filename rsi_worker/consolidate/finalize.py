@@ -35,7 +35,7 @@ from rsi_worker.consolidate.join import JoinStep
 from rsi_worker.consolidate.result import ConsolidationResult, Status, merge_usage
 from rsi_worker.consolidate.spend import spend_summary
 from rsi_worker.consolidate.state import ConsolidationState, prune_cache, remember, trim_records
-from rsi_worker.consolidate.tree_spend import charge_run
+from rsi_worker.consolidate.tree_spend import charge_root, run_root
 from rsi_worker.consolidate.trials import row_json
 
 __all__ = [
@@ -146,32 +146,40 @@ def finalize(
         drafts = dict(run.drafts or {})
         started_at = run.started_at
         lessons = _lesson_entries(session, ctx) if result.adopted else []
+        root = run_root(session, ctx.agent_id)  # the tree charge's read, out of the write turn
         session.commit()
     result.usage = run_usage(ctx, rows, drafts)
     result.spend = {**spend_summary(result.usage, rows), **result.spend}
     result.state = build_state(deps, ctx, result, start, rows)
-    # the large documents encoded before the write turn; the write holds it for the database clock,
-    # the Core statements of final_write and the tree charge (the summary, which carries the run's
-    # seconds by that clock, is encoded there: a few KB)
+    # every document encoded and every read done before the write turn, which then holds only the
+    # fenced compare-and-swap's statements and the tree charge's insert
+    # (docs/performance/consolidation.md#short-write-transactions)
     state = encode_json(result.state) if result.state is not None else None
     adoption = None
     if result.adopted and result.payload is not None and result.version is not None:
         adoption = Adoption(result.version, encode_json(result.payload), summary=None,
                             regressions=lessons, regression_bound=deps.params.regression_worlds)
-    with deps.sessions() as session:
+    with deps.sessions() as session:  # the database clock, read without the write turn
+        session.connection(execution_options={"sqlite_begin": "DEFERRED"})
         now = session.execute(sa.select(db_now())).scalar_one()
-        result.seconds = max(0.0, (now - started_at).total_seconds())  # the run's wall time
+        session.commit()
+    # the run's wall time, to the moment its write is asked for; the summary carries it
+    result.seconds = max(0.0, (now - started_at).total_seconds())
+    summary = encode_json(result.summary())  # also the harness row's summary (Adoption.summary=None)
+    with deps.sessions() as session:
         written = final_write(
             session,
             ctx.run_id,
             status=result.status,
             reason=result.reason,
-            result=result.summary(),  # also the harness row's summary (Adoption.summary=None)
+            result=summary,
             state=state,
             adoption=adoption,
             error=result.error,
         )
-        charge_run(session, ctx.agent_id, ctx.run_id, int(result.spend.get("tokens") or 0))  # run:{run}
+        if root is not None:  # run:{run}
+            charge_root(session, root, ctx.agent_id, ctx.run_id, int(result.spend.get("tokens") or 0),
+                        now.strftime("%Y-%m-%d"))
         session.commit()
     if written.outcome == "kept":
         result.status, result.reason = "kept", str(written.run.reason)

@@ -50,6 +50,9 @@ def ready_step(deps: Deps, run_id: str) -> JoinStep | None:
     """The step whose fan-out the stored rows of ``run_id`` complete (module docstring), or None
     (the run is closed, or a member is still to store)."""
     with deps.sessions() as session:
+        # a read: deferred on SQLite, so it never takes the write turn a host's record_turn waits
+        # for (docs/performance/record-path.md#the-loadtest-tail)
+        session.connection(execution_options={"sqlite_begin": "DEFERRED"})
         run = get_run(session, run_id)
         if str(run.status) != "running":
             session.commit()

@@ -17,17 +17,32 @@ from rsi_common.db.runtime_models import AgentRuntimeRow
 from rsi_common.runtime.caps import resolve_caps
 from rsi_common.runtime.spend import Charge, agent_totals, charge, db_day, run_key, tree_totals
 
-__all__ = ["TREE_EXHAUSTED", "charge_run", "tree_exhausted"]
+__all__ = ["TREE_EXHAUSTED", "charge_root", "charge_run", "run_root", "tree_exhausted"]
 
 TREE_EXHAUSTED = "tree budget exhausted"
 
 
 def charge_run(session: Session, agent: str, run_id: str, tokens: int) -> bool:
     """Charge ``tokens`` of run ``run_id`` to ``agent``'s root (module docstring); True if inserted."""
-    rt = session.get(AgentRuntimeRow, agent)
-    if rt is None:
+    root = run_root(session, agent)
+    if root is None:
         return False
-    return charge(session, Charge(run_key(run_id), "run", rt.root_id, agent, tokens=max(0, int(tokens))))
+    return charge_root(session, root, agent, run_id, tokens)
+
+
+def run_root(session: Session, agent: str) -> str | None:
+    """The root of ``agent``'s tree, ``None`` for an agent that is not registered. A root never
+    changes once the agent's runtime row exists, so the final write reads it before its write turn
+    (docs/performance/consolidation.md#short-write-transactions)."""
+    rt = session.get(AgentRuntimeRow, agent)
+    return None if rt is None else str(rt.root_id)
+
+
+def charge_root(session: Session, root: str, agent: str, run_id: str, tokens: int,
+                day: str | None = None) -> bool:
+    """:func:`charge_run` with the root read before (:func:`run_root`) and the UTC ``day`` by the
+    database clock when the caller read it (default: read here); True if inserted."""
+    return charge(session, Charge(run_key(run_id), "run", root, agent, tokens=max(0, int(tokens))), day)
 
 
 def tree_exhausted(session: Session, params: RuntimeParams, agent: str) -> str | None:

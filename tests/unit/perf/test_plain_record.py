@@ -112,7 +112,8 @@ def test_compiled_driver_sql_stores_what_the_core_statements_store(
     seed, n = 7, 80
     fast = _record_all(f"sqlite:///{tmp_path / 'fast.db'}", seed, n)
     engine = make_engine(f"sqlite:///{tmp_path / 'probe.db'}")
-    assert set(record_mod._plain_statements(engine.dialect)) == {"upsert", "world", "trajectory_all"}
+    assert set(record_mod._plain_statements(engine.dialect)) == {"upsert", "world", "trajectory_all",
+                                                                 "retain_worlds", "retain_trajectories"}
     engine.dispose()
     monkeypatch.setattr(record_mod, "_plain_statements", lambda dialect: {})
     core = _record_all(f"sqlite:///{tmp_path / 'core.db'}", seed, n)
