@@ -14,17 +14,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from rsi_common.coord import Lease
-from rsi_common.db import get_agent, get_harness
 from rsi_common.db.models import ReplayRow
-from rsi_common.db.replays import store_trial, stored_trial
+from rsi_common.db.replays import store_trial
 from rsi_common.errors import LeaseLost
-from rsi_common.harness import Harness, h0, materialize
+from rsi_common.harness import Harness
 from rsi_common.kernel import RetryPolicy
 from rsi_common.replay import PolicySpec, ReplayResult, replay_world
-from rsi_worker.consolidate import trial_memo
-from rsi_worker.consolidate.context import Deps, RoundContext, load_world
+from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, score
 from rsi_worker.consolidate.spend import Spend, charge, today, usage_tokens
+from rsi_worker.consolidate.trial_load import TrialReads, read_slot
 from rsi_worker.consolidate.waves import await_first_wave
 from rsi_worker.roles.judge import CriteriaJudge, request_text
 
@@ -51,42 +50,15 @@ def row_json(row: ReplayRow) -> dict[str, Any]:
     }
 
 
-def _harness(session: Any, ctx: RoundContext, candidate: str, drafts: Mapping[str, Any]) -> Harness:
-    if candidate != INCUMBENT:
-        return materialize(drafts[candidate]["payload"])
-    version = ctx.start_version
-    if version is None:
-        return h0()
-    found = trial_memo.harnesses.get((ctx.agent_id, version), lambda: materialize(
-        get_harness(session, ctx.agent_id, version).payload))
-    assert found is not None
-    return found
-
-
-def _reads(deps: Deps, ctx: RoundContext, slot: TrialSlot, drafts: Mapping[str, Any]
-           ) -> tuple[dict[str, Any] | None, dict[str, Any], Any, Harness | None, str]:
-    """A trial's reads in one read transaction (deferred on SQLite: no write turn held): ``(stored
-    row, verdict cache, world, harness, harness error)``; the stored row alone when the slot has one.
-    Worlds, the incumbent harness and the verdict cache come from :mod:`trial_memo` when this process
-    read them before (docs/performance/consolidation.md#a-trials-cost)."""
+def _reads(deps: Deps, ctx: RoundContext, slot: TrialSlot, drafts: Mapping[str, Any]) -> TrialReads:
+    """A trial's reads (:func:`~rsi_worker.consolidate.trial_load.read_slot`) in a read transaction of
+    their own (deferred on SQLite: no write turn held), for a caller that did not read them with the
+    run row (:func:`~rsi_worker.consolidate.trial_load.load_trial`)."""
     with deps.sessions() as session:
         session.connection(execution_options={"sqlite_begin": "DEFERRED"})
-        existing = stored_trial(session, ctx.run_id, slot.candidate, slot.world_id, slot.trial)
-        if existing is not None:
-            session.commit()
-            return existing, {}, None, None, ""
-        verdicts = trial_memo.verdicts.get((ctx.agent_id, ctx.run_id), lambda: trial_memo.verdict_cache(
-            get_agent(session, ctx.agent_id).state or {}))
-        world = trial_memo.worlds.get((ctx.agent_id, slot.world_id),
-                                      lambda: load_world(session, slot.world_id, ctx.agent_id))
-        harness: Harness | None = None
-        harness_error = ""
-        try:
-            harness = _harness(session, ctx, slot.candidate, drafts)
-        except Exception as exc:
-            harness_error = f"{type(exc).__name__}: {exc}"[:300]
+        reads = read_slot(session, ctx, slot, drafts)
         session.commit()  # no transaction stays open across model calls (read-only)
-    return None, verdicts or {}, world, harness, harness_error
+    return reads
 
 
 class _Heartbeat:
@@ -171,12 +143,18 @@ def _renew(deps: Deps, ctx: RoundContext, slot: TrialSlot) -> tuple[bool, Spend 
     return cancelled, spend if spend.reason() else None
 
 
-def run_trial(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], slot: TrialSlot) -> dict[str, Any]:
+def run_trial(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], slot: TrialSlot, *,
+              reads: TrialReads | None = None) -> dict[str, Any]:
     """Run (or return the stored result of) one trial slot of a running run; see the module docstring.
-    The ``trials`` member of the state machine (``flow.run_trial``), run after its lease check;
-    ``drafts``: the run's stored drafts (a candidate's harness)."""
+    The ``trials`` member of the state machine (``flow.run_trial``); ``drafts``: the run's stored
+    drafts (a candidate's harness); ``reads``: the trial's reads when the caller read them with the
+    run row (``trial_load.load_trial``), else they are read here. The lease is renewed first
+    (a lost lease raises :class:`~rsi_common.errors.LeaseLost` before anything is stored)."""
     cancelled, capped = _renew(deps, ctx, slot)
-    existing, verdicts, world, harness, harness_error = _reads(deps, ctx, slot, drafts)
+    if reads is None:
+        reads = _reads(deps, ctx, slot, drafts)
+    existing, verdicts, world, harness, harness_error = (
+        reads.existing, reads.verdicts, reads.world, reads.harness, reads.harness_error)
     if existing is not None:
         return existing
     checks = ctx.checks.get(slot.world_id, [])
