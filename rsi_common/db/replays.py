@@ -135,16 +135,19 @@ _TRIAL_COLUMNS = (ReplayRow.candidate, ReplayRow.world_id, ReplayRow.trial, Repl
                   ReplayRow.status, ReplayRow.reward, ReplayRow.weight, ReplayRow.tokens, ReplayRow.result)
 
 
+_STORED = sa.select(*_TRIAL_COLUMNS).where(
+    ReplayRow.run_id == sa.bindparam("run_id"), ReplayRow.candidate == sa.bindparam("candidate"),
+    ReplayRow.world_id == sa.bindparam("world_id"), ReplayRow.trial == sa.bindparam("trial"))
+"""The slot's row, built once (a trial's existence check: no statement building per call)."""
+
+
 def stored_trial(session: Session, run_id: str, candidate: str, world_id: str, trial: int
                  ) -> dict[str, Any] | None:
     """The stored row of one trial slot as a plain dict (``candidate, world_id, trial, source,
     status, reward, weight, tokens, result``; ``result`` ``{}`` when null), or ``None``. One Core
     ``SELECT`` (no ORM identity map)."""
-    found = session.execute(
-        sa.select(*_TRIAL_COLUMNS).where(
-            ReplayRow.run_id == run_id, ReplayRow.candidate == candidate,
-            ReplayRow.world_id == world_id, ReplayRow.trial == trial)
-    ).one_or_none()
+    found = session.execute(_STORED, {"run_id": run_id, "candidate": candidate, "world_id": world_id,
+                                      "trial": trial}).one_or_none()
     if found is None:
         return None
     out = dict(found._mapping)

@@ -15,6 +15,10 @@ Figures per ``n``, from the stored run rows:
   ``finished_at``; also model calls per second (every role's calls of the runs' usage);
 * **speed-up** ``throughput(n) / throughput(first n)`` and **efficiency** ``speed-up / (n / first n)``
   (target ≥ 0.9: linear scaling while the work is latency bound);
+* **CPU** (user + system seconds, ``/proc``) over the triggers-to-last-close stretch: each worker
+  process tree, the ``redis-server``, this driver process, and the whole machine (every process,
+  other users' included) — per run, and as cores kept busy (``busy_cores``) against the machine's
+  cores: what bounds the curve when the work is no longer latency bound;
 * **peak RSS** of each worker process (``VmHWM`` of every process of the worker's tree — the
   supervisor and its worker child — read just before the cluster stops), in MiB.
 
@@ -25,6 +29,7 @@ processes' CPU work (SQL, JSON, Celery) is what bends the curve, not the model l
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import tempfile
 import time
@@ -39,6 +44,7 @@ from rsi_common.db import get_run, runs
 from rsi_common.dispatch import KombuDispatcher
 from rsi_common.handoff import trigger_consolidation
 from rsi_worker.bench.consolidate import CLOSED, FACTORY, _latest_io, _machine, seed_agent
+from rsi_worker.bench.proc_cpu import machine_cpu_s, process_cpu_s, tree_cpu_s, used
 from rsi_worker.runtime import Runtime, open_runtime
 
 __all__ = ["ScaleBench", "bench_scale", "efficiency", "peak_rss_mib", "report_table"]
@@ -153,6 +159,33 @@ def _calls(usage: Mapping[str, Any] | None) -> int:
     return sum(int((u or {}).get("calls") or 0) for u in (usage or {}).values() if isinstance(u, Mapping))
 
 
+def _cpu_snapshot(cluster: Any) -> dict[str, float]:
+    """CPU seconds so far of each worker tree, the redis-server, this process and the machine."""
+    snap = {f"worker{i}": tree_cpu_s(p.pid) for i, p in enumerate(cluster.procs)}
+    server = getattr(cluster.redis, "proc", None)
+    snap["redis"] = process_cpu_s(server.pid) if server is not None else 0.0
+    snap["driver"] = time.process_time()
+    snap["machine"] = machine_cpu_s()
+    return snap
+
+
+def _cpu_report(before: Mapping[str, float], after: Mapping[str, float], workers: int, runs_n: int,
+                makespan: float) -> dict[str, Any]:
+    """The CPU figures of one count (module docstring): seconds in all, per run, and busy cores."""
+    names = [f"worker{i}" for i in range(workers)]
+    d = used(before, after, [*names, "redis", "driver", "machine"])
+    cluster = sum(d[n] for n in names) + d["redis"] + d["driver"]
+    per_run = max(1, runs_n)
+    return {
+        "cpu_s": {"workers": [d[n] for n in names], "redis": d["redis"], "driver": d["driver"],
+                  "machine": d["machine"]},
+        "cpu_s_per_run": {"workers": round(sum(d[n] for n in names) / per_run, 3),
+                          "redis": round(d["redis"] / per_run, 3), "driver": round(d["driver"] / per_run, 3)},
+        "busy_cores": {"cluster": round(cluster / makespan, 2), "machine": round(d["machine"] / makespan, 2),
+                       "of": os.cpu_count()},
+    }
+
+
 def _one_count(cfg: ScaleBench, workers: int) -> dict[str, Any]:
     before = _machine()
     with contextlib.ExitStack() as stack:
@@ -165,12 +198,14 @@ def _one_count(cfg: ScaleBench, workers: int) -> dict[str, Any]:
         ios = {a: _latest_io(rt, a) for a in agents}
         dispatcher = KombuDispatcher(str(rt.settings.redis_url))
         try:
+            cpu0 = _cpu_snapshot(cluster)
             started = datetime.now(UTC)
             for agent in agents:
                 outcome = trigger_consolidation(rt.coord, dispatcher, agent, ios[agent]).outcome
                 if outcome != "enqueued":
                     raise RuntimeError(f"trigger of {agent} was {outcome}")
             ids = _wait_all(rt, agents, cfg.timeout_s)
+            cpu1 = _cpu_snapshot(cluster)
         finally:
             dispatcher.close()
         rss = [peak_rss_mib(p.pid) for p in cluster.procs]
@@ -199,6 +234,7 @@ def _one_count(cfg: ScaleBench, workers: int) -> dict[str, Any]:
         "model_calls": calls,
         "model_calls_per_s": round(calls / makespan, 2),
         "run_wall_median_s": round(statistics.median(walls), 3) if walls else None,
+        **_cpu_report(cpu0, cpu1, workers, len(ids), makespan),
         "peak_rss_mib": [max(tree.values(), default=0.0) for tree in rss],
         "peak_rss_tree_mib": [list(tree.values()) for tree in rss],
         "machine_before": before,
@@ -234,8 +270,8 @@ def report_table(report: Mapping[str, Any]) -> Any:
     for c in report["counts"]:
         table.add_column(f"{c['workers']} worker(s)", justify="right")
     for key in ("threads", "runs", "statuses", "makespan_s", "runs_per_s", "model_calls_per_s",
-                "run_wall_median_s", "speedup", "efficiency", "peak_rss_mib", "machine_before",
-                "machine_after"):
+                "run_wall_median_s", "speedup", "efficiency", "cpu_s_per_run", "busy_cores", "peak_rss_mib",
+                "machine_before", "machine_after"):
         table.add_row(key, *(str(c.get(key)) for c in report["counts"]))
     ok = report["targets"]["efficiency_ge_0_9"]
     table.add_row("target: efficiency ≥ 0.9 at the largest count", *([""] * (len(report["counts"]) - 1)),
