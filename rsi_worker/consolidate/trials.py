@@ -63,14 +63,23 @@ def _reads(deps: Deps, ctx: RoundContext, slot: TrialSlot, drafts: Mapping[str, 
 
 class _Heartbeat:
     """The replay's cancel callback: the candidate's cancel flag, and a lease renewal at most every
-    ``lease_s / 3`` seconds so a long replay keeps its run alive; a lost lease cancels the replay."""
+    ``lease_s / 3`` seconds so a long replay keeps its run alive; a lost lease cancels the replay.
 
-    def __init__(self, deps: Deps, ctx: RoundContext, candidate: str) -> None:
+    ``fresh``: the flag was just read (not set) by the trial's first round trip (``_renew``), so the
+    first check — before the first model call, or the second wave's first look — is answered from
+    that read; every later check (after a wait or a model call) reads Redis
+    (docs/performance/consolidation.md#a-trials-cost)."""
+
+    def __init__(self, deps: Deps, ctx: RoundContext, candidate: str, *, fresh: bool = False) -> None:
         self.deps, self.ctx, self.candidate = deps, ctx, candidate
         self.every_s = max(1.0, deps.settings.lease_s / 3)
         self.last = time.monotonic()
+        self.fresh = fresh
 
     def __call__(self) -> bool:
+        if self.fresh:
+            self.fresh = False
+            return False
         if time.monotonic() - self.last >= self.every_s:
             self.last = time.monotonic()
             lease = Lease(self.ctx.agent_id, self.ctx.token, self.ctx.fence, self.ctx.io_id or "")
@@ -81,7 +90,8 @@ class _Heartbeat:
         return False
 
 
-def _result_of(deps: Deps, ctx: RoundContext, slot: TrialSlot, world: Any, harness: Harness) -> ReplayResult:
+def _result_of(deps: Deps, ctx: RoundContext, slot: TrialSlot, world: Any, harness: Harness,
+               heartbeat: _Heartbeat) -> ReplayResult:
     if slot.source != "replay":
         return ReplayResult.from_json(slot.reuse or {})
     return replay_world(
@@ -89,7 +99,7 @@ def _result_of(deps: Deps, ctx: RoundContext, slot: TrialSlot, world: Any, harne
         harness,
         PolicySpec(ctx.provider, ctx.model),
         seed=slot.trial,
-        cancelled=_Heartbeat(deps, ctx, slot.candidate),
+        cancelled=heartbeat,
         llm_factory=lambda p: deps.models(p.provider, p.model, "policy"),
         retry=RetryPolicy.from_settings(deps.settings),
     )
@@ -111,7 +121,7 @@ def _store(deps: Deps, ctx: RoundContext, slot: TrialSlot, **values: Any) -> dic
 
 
 def _second_wave_stopped(deps: Deps, ctx: RoundContext, slot: TrialSlot,
-                         checks_of: Mapping[str, Any]) -> bool:
+                         checks_of: Mapping[str, Any], heartbeat: _Heartbeat) -> bool:
     """A candidate's second-wave replay waits for its first wave (:mod:`~rsi_worker.consolidate.waves`);
     True when it must not run (the candidate was cancelled, or the lease lost, meanwhile)."""
     wait_s = deps.params.early_stop_wave_s
@@ -119,7 +129,7 @@ def _second_wave_stopped(deps: Deps, ctx: RoundContext, slot: TrialSlot,
         return False
     return await_first_wave(slot, ctx.slots.get(slot.candidate) or [], checks_of,
                             lambda: deps.coord.bound_progress(ctx.run_id, slot.candidate),
-                            _Heartbeat(deps, ctx, slot.candidate), wait_s=wait_s, margin=deps.coord.margin)
+                            heartbeat, wait_s=wait_s, margin=deps.coord.margin)
 
 
 def _renew(deps: Deps, ctx: RoundContext, slot: TrialSlot) -> tuple[bool, Spend | None]:
@@ -163,12 +173,13 @@ def run_trial(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], slot: Tr
     if world is None or harness is None:
         error = "world no longer stored" if world is None else harness_error
         return _store(deps, ctx, slot, status="missing", weight=len(checks), result={"error": error})
-    if _second_wave_stopped(deps, ctx, slot, checks_of=ctx.checks):
+    heartbeat = _Heartbeat(deps, ctx, slot.candidate, fresh=True)  # the flag was read by _renew
+    if _second_wave_stopped(deps, ctx, slot, checks_of=ctx.checks, heartbeat=heartbeat):
         return _store(deps, ctx, slot, status="cancelled", result={"reason": "cancelled before the replay"})
     if capped is not None:
         return _store(deps, ctx, slot, status="missing", weight=len(checks),
                       result={"error": "spend cap reached: not replayed"})
-    replay = _result_of(deps, ctx, slot, world, harness)
+    replay = _result_of(deps, ctx, slot, world, harness, heartbeat)
     policy_tokens = int(replay.policy_tokens or 0) if slot.source == "replay" else 0
     if replay.status == "cancelled" or replay.missing:
         charge(deps, ctx.agent_id, policy_tokens)
