@@ -39,8 +39,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+
 from rsi_common.config import Settings
-from rsi_common.db import get_run, runs
+from rsi_common.db import get_run
+from rsi_common.db.models import RunRow
 from rsi_common.dispatch import KombuDispatcher
 from rsi_common.handoff import trigger_consolidation
 from rsi_worker.bench.consolidate import CLOSED, FACTORY, _latest_io, _machine, seed_agent
@@ -135,21 +138,46 @@ def _cluster(cfg: ScaleBench, home: Path, workers: int) -> Iterator[tuple[Runtim
             rt.close()
 
 
+POLL_S = 0.25
+"""How often the driver looks for closed runs."""
+
+
+def _closed(rt: Runtime, agents: Sequence[str]) -> dict[str, str]:
+    """Of ``agents``, those whose newest 5 runs include a closed one and none running: agent → the
+    newest closed run's id. One Core ``SELECT`` of three small columns (no JSON column decoded)."""
+    with rt.sessions() as s:
+        s.connection(execution_options={"sqlite_begin": "DEFERRED"})
+        rows = s.execute(
+            sa.select(RunRow.agent_id, RunRow.id, RunRow.status).where(RunRow.agent_id.in_(list(agents)))
+            .order_by(RunRow.agent_id, RunRow.started_at.desc(), sa.func.coalesce(RunRow.fence, 0).desc(),
+                      RunRow.id.desc())).all()
+        s.commit()
+    newest: dict[str, list[tuple[str, str]]] = {}
+    for agent, run_id, status in rows:
+        mine = newest.setdefault(agent, [])
+        if len(mine) < 5:
+            mine.append((run_id, status))
+    out = {}
+    for agent, mine in newest.items():
+        closed = [run_id for run_id, status in mine if status in CLOSED]
+        if closed and not any(status == "running" for _, status in mine):
+            out[agent] = closed[0]
+    return out
+
+
 def _wait_all(rt: Runtime, agents: Sequence[str], timeout_s: float) -> list[str]:
-    """Wait until every agent has a closed run and none running; their newest run ids."""
+    """Wait until every agent has a closed run and none running; their newest run ids. The driver's
+    poll is one small query every :data:`POLL_S` (it ran in the measured stretch: an ORM load of every
+    pending agent's run rows, JSON included, every 0.1 s cost 0.3–0.6 s of CPU per run)."""
     deadline = time.monotonic() + timeout_s
     pending = set(agents)
     done: dict[str, str] = {}
     while pending and time.monotonic() < deadline:
-        with rt.sessions() as s:
-            for agent in sorted(pending):
-                mine = runs(s, agent, 5)
-                closed = [r.id for r in mine if r.status in CLOSED]
-                if closed and not any(r.status == "running" for r in mine):
-                    done[agent] = closed[0]
-                    pending.discard(agent)
-            s.commit()
-        time.sleep(0.1)
+        found = _closed(rt, sorted(pending))
+        done.update(found)
+        pending -= set(found)
+        if pending:
+            time.sleep(POLL_S)
     if pending:
         raise TimeoutError(f"{len(pending)} runs did not finish within {timeout_s} s")
     return [done[a] for a in agents]

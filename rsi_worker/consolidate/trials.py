@@ -184,7 +184,7 @@ def run_trial(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], slot: Tr
     if replay.status == "cancelled" or replay.missing:
         charge(deps, ctx.agent_id, policy_tokens)
     if replay.status == "cancelled":
-        return _store(deps, ctx, slot, status="cancelled", result={"replay": replay.to_json()})
+        return _store(deps, ctx, slot, status="cancelled", result={"replay": replay.to_json(shared=True)})
     if replay.missing:
         return _store(
             deps,
@@ -192,7 +192,7 @@ def run_trial(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], slot: Tr
             slot,
             status="missing",
             weight=len(checks),
-            result={"replay": replay.to_json(), "error": replay.error},
+            result={"replay": replay.to_json(shared=True), "error": replay.error},
         )
     judge_client = deps.role(ctx, "judge")
     judge = CriteriaJudge(judge_client, cache=verdicts)
@@ -203,7 +203,7 @@ def run_trial(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], slot: Tr
     # the replay's and the judge's tokens in one round trip (docs/performance/consolidation.md#a-trials-cost)
     charge(deps, ctx.agent_id, policy_tokens + usage_tokens({"judge": judge_client.usage()}))
     result = {
-        "replay": replay.to_json(),
+        "replay": replay.to_json(shared=True),
         "passed": passed,
         "verdicts": graded,
         "new_verdicts": judge.new_entries,

@@ -1,4 +1,5 @@
-"""``rsi bench scale`` CPU figures: /proc readings of a process tree and the per-count arithmetic."""
+"""``rsi bench scale`` CPU figures: /proc readings of a process tree and the per-count arithmetic;
+the driver's one-query poll for closed runs."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
+from rsi_common.db import ensure_agent, make_engine, session_factory, start_run, upgrade
 from rsi_worker.bench.proc_cpu import machine_cpu_s, process_cpu_s, tree_cpu_s, used
-from rsi_worker.bench.scale import _cpu_report
+from rsi_worker.bench.scale import _closed, _cpu_report
 
 
 def test_a_process_trees_cpu_counts_its_children() -> None:
@@ -35,3 +39,21 @@ def test_the_cpu_report_per_run_and_in_busy_cores() -> None:
     assert out["cpu_s"] == {"workers": [4.0, 6.0], "redis": 1.0, "driver": 0.5, "machine": 16.0}
     assert out["cpu_s_per_run"] == {"workers": 2.5, "redis": 0.25, "driver": 0.125}
     assert out["busy_cores"]["cluster"] == 1.44 and out["busy_cores"]["machine"] == 2.0
+
+
+def test_the_driver_finds_each_agents_newest_closed_run(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'rsi.db'}")
+    upgrade(engine)
+    sessions = session_factory(engine)
+    with sessions() as s:
+        ids = {}
+        for agent, fence, status in (("a", 1, "adopted"), ("b", 1, "kept"), ("b", 2, "running"),
+                                     ("c", 1, "running")):
+            ensure_agent(s, agent)
+            run = start_run(s, agent, fence=fence, io_id=f"io{fence}")
+            run.status = status
+            ids[agent, fence] = run.id
+        s.commit()
+    rt = SimpleNamespace(sessions=sessions)
+    assert _closed(rt, ["a", "b", "c", "d"]) == {"a": ids["a", 1]}  # type: ignore[arg-type]
+    engine.dispose()
