@@ -34,9 +34,11 @@ from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot
 __all__ = ["TrialLoad", "TrialReads", "load_trial", "read_slot", "run_view"]
 
 _READ = {"sqlite_begin": "DEFERRED"}
-_RUN = sa.select(RunRow.status, sa.cast(RunRow.params, sa.Text), sa.cast(RunRow.drafts, sa.Text)).where(
-    RunRow.id == sa.bindparam("run_id"))
-"""The run row's status and JSON columns as stored text, built once (no per-call statement building)."""
+_RUNS: Any = RunRow.__table__
+_RUN = sa.select(_RUNS.c.status, sa.cast(_RUNS.c.params, sa.Text), sa.cast(_RUNS.c.drafts, sa.Text)).where(
+    _RUNS.c.id == sa.bindparam("run_id"))
+"""The run row's status and JSON columns as stored text, built once on the table (no per-call
+statement building, no ORM execution path)."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ def run_view(session: Session, run_id: str) -> tuple[RoundContext, str, Mapping[
         InvalidInput: no such run.
         StoredDataError: the stored context is not a known format (naming the field).
     """
-    found = session.execute(_RUN, {"run_id": run_id}).one_or_none()
+    found = session.connection().execute(_RUN, {"run_id": run_id}).one_or_none()
     if found is None:
         raise InvalidInput(f"unknown run {run_id!r}")
     return _context(run_id, found[1]), str(found[0]), _drafts(run_id, found[2])
