@@ -19,6 +19,8 @@ Figures per ``n``, from the stored run rows:
   process tree, the ``redis-server``, this driver process, and the whole machine (every process,
   other users' included) — per run, and as cores kept busy (``busy_cores``) against the machine's
   cores: what bounds the curve when the work is no longer latency bound;
+* **Redis commands per run** by name (the server's ``INFO commandstats`` over the same stretch: the
+  broker's, the result backend's and the coordination's commands together);
 * **peak RSS** of each worker process (``VmHWM`` of every process of the worker's tree — the
   supervisor and its worker child — read just before the cluster stops), in MiB.
 
@@ -50,7 +52,8 @@ from rsi_worker.bench.consolidate import CLOSED, FACTORY, _latest_io, _machine, 
 from rsi_worker.bench.proc_cpu import machine_cpu_s, process_cpu_s, tree_cpu_s, used
 from rsi_worker.runtime import Runtime, open_runtime
 
-__all__ = ["ScaleBench", "bench_scale", "efficiency", "peak_rss_mib", "report_table"]
+__all__ = ["ScaleBench", "bench_scale", "command_calls", "efficiency", "peak_rss_mib", "per_run_commands",
+           "report_table"]
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,23 @@ def _calls(usage: Mapping[str, Any] | None) -> int:
     return sum(int((u or {}).get("calls") or 0) for u in (usage or {}).values() if isinstance(u, Mapping))
 
 
+def command_calls(client: Any) -> dict[str, int]:
+    """The redis-server's calls so far by command (``INFO commandstats``; ``{}`` when unreadable)."""
+    try:
+        stats = client.info("commandstats")
+    except Exception:  # a figure of the report, never a failure of the benchmark
+        return {}
+    return {str(k).removeprefix("cmdstat_"): int(v.get("calls", 0)) for k, v in stats.items()
+            if isinstance(v, Mapping)}
+
+
+def per_run_commands(before: Mapping[str, int], after: Mapping[str, int], runs_n: int) -> dict[str, float]:
+    """Commands the server ran between two :func:`command_calls`, per run, largest first (≥ 0.5)."""
+    per = {k: (after.get(k, 0) - before.get(k, 0)) / max(1, runs_n) for k in after}
+    top = sorted(((k, round(v, 1)) for k, v in per.items() if v >= 0.5), key=lambda kv: -kv[1])
+    return {"total": round(sum(per.values()), 1), **dict(top)}
+
+
 def _cpu_snapshot(cluster: Any) -> dict[str, float]:
     """CPU seconds so far of each worker tree, the redis-server, this process and the machine."""
     snap = {f"worker{i}": tree_cpu_s(p.pid) for i, p in enumerate(cluster.procs)}
@@ -226,14 +246,14 @@ def _one_count(cfg: ScaleBench, workers: int) -> dict[str, Any]:
         ios = {a: _latest_io(rt, a) for a in agents}
         dispatcher = KombuDispatcher(str(rt.settings.redis_url))
         try:
-            cpu0 = _cpu_snapshot(cluster)
+            cpu0, cmds0 = _cpu_snapshot(cluster), command_calls(rt.redis)
             started = datetime.now(UTC)
             for agent in agents:
                 outcome = trigger_consolidation(rt.coord, dispatcher, agent, ios[agent]).outcome
                 if outcome != "enqueued":
                     raise RuntimeError(f"trigger of {agent} was {outcome}")
             ids = _wait_all(rt, agents, cfg.timeout_s)
-            cpu1 = _cpu_snapshot(cluster)
+            cpu1, cmds1 = _cpu_snapshot(cluster), command_calls(rt.redis)
         finally:
             dispatcher.close()
         rss = [peak_rss_mib(p.pid) for p in cluster.procs]
@@ -263,6 +283,7 @@ def _one_count(cfg: ScaleBench, workers: int) -> dict[str, Any]:
         "model_calls_per_s": round(calls / makespan, 2),
         "run_wall_median_s": round(statistics.median(walls), 3) if walls else None,
         **_cpu_report(cpu0, cpu1, workers, len(ids), makespan),
+        "redis_commands_per_run": per_run_commands(cmds0, cmds1, len(ids)),
         "peak_rss_mib": [max(tree.values(), default=0.0) for tree in rss],
         "peak_rss_tree_mib": [list(tree.values()) for tree in rss],
         "machine_before": before,

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 from rsi_common.db import ensure_agent, make_engine, session_factory, start_run, upgrade
 from rsi_worker.bench.proc_cpu import machine_cpu_s, process_cpu_s, tree_cpu_s, used
-from rsi_worker.bench.scale import _closed, _cpu_report
+from rsi_worker.bench.scale import _closed, _cpu_report, command_calls, per_run_commands
 
 
 def test_a_process_trees_cpu_counts_its_children() -> None:
@@ -57,3 +57,19 @@ def test_the_driver_finds_each_agents_newest_closed_run(tmp_path: Path) -> None:
     rt = SimpleNamespace(sessions=sessions)
     assert _closed(rt, ["a", "b", "c", "d"]) == {"a": ids["a", 1]}  # type: ignore[arg-type]
     engine.dispose()
+
+
+def test_redis_commands_per_run() -> None:
+    class Server:
+        def info(self, section: str) -> dict[str, object]:
+            assert section == "commandstats"
+            return {"cmdstat_get": {"calls": 12, "usec": 5}, "cmdstat_evalsha": {"calls": 3}}
+
+    class Down:
+        def info(self, section: str) -> dict[str, object]:
+            raise ConnectionError("down")
+
+    assert command_calls(Server()) == {"get": 12, "evalsha": 3}
+    assert command_calls(Down()) == {}
+    out = per_run_commands({"get": 2, "evalsha": 3}, {"get": 12, "evalsha": 4, "del": 1}, runs_n=4)
+    assert out == {"total": 3.0, "get": 2.5}  # evalsha 0.25 and del 0.25 per run are left out
