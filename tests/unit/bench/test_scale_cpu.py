@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from rsi_common.db import ensure_agent, make_engine, session_factory, start_run, upgrade
 from rsi_worker.bench.proc_cpu import machine_cpu_s, process_cpu_s, tree_cpu_s, used
 from rsi_worker.bench.scale import _closed, _cpu_report, command_calls, per_run_commands
+from tests.support.migrated import migrate_or_copy
 
 
 def test_a_process_trees_cpu_counts_its_children() -> None:
@@ -42,8 +43,11 @@ def test_the_cpu_report_per_run_and_in_busy_cores() -> None:
 
 
 def test_the_driver_finds_each_agents_newest_closed_run(tmp_path: Path) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path / 'rsi.db'}")
-    upgrade(engine)
+    url = f"sqlite:///{tmp_path / 'rsi.db'}"
+    copied = migrate_or_copy(url)  # the migrated template, when there is one
+    engine = make_engine(url)
+    if not copied:
+        upgrade(engine)
     sessions = session_factory(engine)
     with sessions() as s:
         ids = {}
