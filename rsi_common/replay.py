@@ -347,14 +347,17 @@ class ReplayResult:
         """The trial is missing (it has an error)."""
         return bool(self.error)
 
-    def to_json(self, transcript: bool = True) -> dict[str, Any]:
+    def to_json(self, transcript: bool = True, *, shared: bool = False) -> dict[str, Any]:
         """JSON object with ``schema``; ``transcript=False`` omits the transcript (caches,
-        docs/algorithm/consolidation.md §3.6.5)."""
+        docs/algorithm/consolidation.md §3.6.5). ``shared``: the object holds this result's own
+        lists instead of copies (a caller that owns the result and changes neither; a trial's store,
+        docs/performance/consolidation.md#a-trials-cost)."""
         out: dict[str, Any] = {"schema": REPLAY_SCHEMA}
         for name in _RESULT_FIELDS:
             if name == "transcript" and not transcript:
                 continue
-            out[name] = copy.deepcopy(getattr(self, name))
+            value = getattr(self, name)
+            out[name] = value if shared else copy.deepcopy(value)
         return out
 
     @classmethod

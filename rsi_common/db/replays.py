@@ -128,11 +128,19 @@ def _insert_if_absent(session: Session, values: Mapping[str, Any]) -> bool:
     if params["result"] is not None and not isinstance(params["result"], EncodedJSON):
         params["result"] = encode_json(params["result"])
     stmt = _insert_statement(session.get_bind().dialect.name)
-    return session.execute(stmt, params).scalar_one_or_none() is not None
+    return session.connection().execute(stmt, params).scalar_one_or_none() is not None
 
 
 _TRIAL_COLUMNS = (ReplayRow.candidate, ReplayRow.world_id, ReplayRow.trial, ReplayRow.source,
                   ReplayRow.status, ReplayRow.reward, ReplayRow.weight, ReplayRow.tokens, ReplayRow.result)
+
+
+_REPLAYS: Any = ReplayRow.__table__
+_STORED = sa.select(*(_REPLAYS.c[c.key] for c in _TRIAL_COLUMNS)).where(
+    _REPLAYS.c.run_id == sa.bindparam("run_id"), _REPLAYS.c.candidate == sa.bindparam("candidate"),
+    _REPLAYS.c.world_id == sa.bindparam("world_id"), _REPLAYS.c.trial == sa.bindparam("trial"))
+"""The slot's row, built once on the table (a trial's existence check: no statement building per
+call, no ORM execution path)."""
 
 
 def stored_trial(session: Session, run_id: str, candidate: str, world_id: str, trial: int
@@ -140,11 +148,8 @@ def stored_trial(session: Session, run_id: str, candidate: str, world_id: str, t
     """The stored row of one trial slot as a plain dict (``candidate, world_id, trial, source,
     status, reward, weight, tokens, result``; ``result`` ``{}`` when null), or ``None``. One Core
     ``SELECT`` (no ORM identity map)."""
-    found = session.execute(
-        sa.select(*_TRIAL_COLUMNS).where(
-            ReplayRow.run_id == run_id, ReplayRow.candidate == candidate,
-            ReplayRow.world_id == world_id, ReplayRow.trial == trial)
-    ).one_or_none()
+    params = {"run_id": run_id, "candidate": candidate, "world_id": world_id, "trial": trial}
+    found = session.connection().execute(_STORED, params).one_or_none()
     if found is None:
         return None
     out = dict(found._mapping)

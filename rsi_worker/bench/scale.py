@@ -15,6 +15,12 @@ Figures per ``n``, from the stored run rows:
   ``finished_at``; also model calls per second (every role's calls of the runs' usage);
 * **speed-up** ``throughput(n) / throughput(first n)`` and **efficiency** ``speed-up / (n / first n)``
   (target ≥ 0.9: linear scaling while the work is latency bound);
+* **CPU** (user + system seconds, ``/proc``) over the triggers-to-last-close stretch: each worker
+  process tree, the ``redis-server``, this driver process, and the whole machine (every process,
+  other users' included) — per run, and as cores kept busy (``busy_cores``) against the machine's
+  cores: what bounds the curve when the work is no longer latency bound;
+* **Redis commands per run** by name (the server's ``INFO commandstats`` over the same stretch: the
+  broker's, the result backend's and the coordination's commands together);
 * **peak RSS** of each worker process (``VmHWM`` of every process of the worker's tree — the
   supervisor and its worker child — read just before the cluster stops), in MiB.
 
@@ -25,6 +31,7 @@ processes' CPU work (SQL, JSON, Celery) is what bends the curve, not the model l
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import tempfile
 import time
@@ -34,14 +41,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+
 from rsi_common.config import Settings
-from rsi_common.db import get_run, runs
+from rsi_common.db import get_run
+from rsi_common.db.models import RunRow
 from rsi_common.dispatch import KombuDispatcher
 from rsi_common.handoff import trigger_consolidation
 from rsi_worker.bench.consolidate import CLOSED, FACTORY, _latest_io, _machine, seed_agent
+from rsi_worker.bench.proc_cpu import machine_cpu_s, process_cpu_s, tree_cpu_s, used
 from rsi_worker.runtime import Runtime, open_runtime
 
-__all__ = ["ScaleBench", "bench_scale", "efficiency", "peak_rss_mib", "report_table"]
+__all__ = ["ScaleBench", "bench_scale", "command_calls", "efficiency", "peak_rss_mib", "per_run_commands",
+           "report_table"]
 
 
 @dataclass(frozen=True)
@@ -129,21 +141,46 @@ def _cluster(cfg: ScaleBench, home: Path, workers: int) -> Iterator[tuple[Runtim
             rt.close()
 
 
+POLL_S = 0.25
+"""How often the driver looks for closed runs."""
+
+
+def _closed(rt: Runtime, agents: Sequence[str]) -> dict[str, str]:
+    """Of ``agents``, those whose newest 5 runs include a closed one and none running: agent → the
+    newest closed run's id. One Core ``SELECT`` of three small columns (no JSON column decoded)."""
+    with rt.sessions() as s:
+        s.connection(execution_options={"sqlite_begin": "DEFERRED"})
+        rows = s.execute(
+            sa.select(RunRow.agent_id, RunRow.id, RunRow.status).where(RunRow.agent_id.in_(list(agents)))
+            .order_by(RunRow.agent_id, RunRow.started_at.desc(), sa.func.coalesce(RunRow.fence, 0).desc(),
+                      RunRow.id.desc())).all()
+        s.commit()
+    newest: dict[str, list[tuple[str, str]]] = {}
+    for agent, run_id, status in rows:
+        mine = newest.setdefault(agent, [])
+        if len(mine) < 5:
+            mine.append((run_id, status))
+    out = {}
+    for agent, mine in newest.items():
+        closed = [run_id for run_id, status in mine if status in CLOSED]
+        if closed and not any(status == "running" for _, status in mine):
+            out[agent] = closed[0]
+    return out
+
+
 def _wait_all(rt: Runtime, agents: Sequence[str], timeout_s: float) -> list[str]:
-    """Wait until every agent has a closed run and none running; their newest run ids."""
+    """Wait until every agent has a closed run and none running; their newest run ids. The driver's
+    poll is one small query every :data:`POLL_S` (it ran in the measured stretch: an ORM load of every
+    pending agent's run rows, JSON included, every 0.1 s cost 0.3–0.6 s of CPU per run)."""
     deadline = time.monotonic() + timeout_s
     pending = set(agents)
     done: dict[str, str] = {}
     while pending and time.monotonic() < deadline:
-        with rt.sessions() as s:
-            for agent in sorted(pending):
-                mine = runs(s, agent, 5)
-                closed = [r.id for r in mine if r.status in CLOSED]
-                if closed and not any(r.status == "running" for r in mine):
-                    done[agent] = closed[0]
-                    pending.discard(agent)
-            s.commit()
-        time.sleep(0.1)
+        found = _closed(rt, sorted(pending))
+        done.update(found)
+        pending -= set(found)
+        if pending:
+            time.sleep(POLL_S)
     if pending:
         raise TimeoutError(f"{len(pending)} runs did not finish within {timeout_s} s")
     return [done[a] for a in agents]
@@ -151,6 +188,50 @@ def _wait_all(rt: Runtime, agents: Sequence[str], timeout_s: float) -> list[str]
 
 def _calls(usage: Mapping[str, Any] | None) -> int:
     return sum(int((u or {}).get("calls") or 0) for u in (usage or {}).values() if isinstance(u, Mapping))
+
+
+def command_calls(client: Any) -> dict[str, int]:
+    """The redis-server's calls so far by command (``INFO commandstats``; ``{}`` when unreadable)."""
+    try:
+        stats = client.info("commandstats")
+    except Exception:  # a figure of the report, never a failure of the benchmark
+        return {}
+    return {str(k).removeprefix("cmdstat_"): int(v.get("calls", 0)) for k, v in stats.items()
+            if isinstance(v, Mapping)}
+
+
+def per_run_commands(before: Mapping[str, int], after: Mapping[str, int], runs_n: int) -> dict[str, float]:
+    """Commands the server ran between two :func:`command_calls`, per run, largest first (≥ 0.5)."""
+    per = {k: (after.get(k, 0) - before.get(k, 0)) / max(1, runs_n) for k in after}
+    top = sorted(((k, round(v, 1)) for k, v in per.items() if v >= 0.5), key=lambda kv: -kv[1])
+    return {"total": round(sum(per.values()), 1), **dict(top)}
+
+
+def _cpu_snapshot(cluster: Any) -> dict[str, float]:
+    """CPU seconds so far of each worker tree, the redis-server, this process and the machine."""
+    snap = {f"worker{i}": tree_cpu_s(p.pid) for i, p in enumerate(cluster.procs)}
+    server = getattr(cluster.redis, "proc", None)
+    snap["redis"] = process_cpu_s(server.pid) if server is not None else 0.0
+    snap["driver"] = time.process_time()
+    snap["machine"] = machine_cpu_s()
+    return snap
+
+
+def _cpu_report(before: Mapping[str, float], after: Mapping[str, float], workers: int, runs_n: int,
+                makespan: float) -> dict[str, Any]:
+    """The CPU figures of one count (module docstring): seconds in all, per run, and busy cores."""
+    names = [f"worker{i}" for i in range(workers)]
+    d = used(before, after, [*names, "redis", "driver", "machine"])
+    cluster = sum(d[n] for n in names) + d["redis"] + d["driver"]
+    per_run = max(1, runs_n)
+    return {
+        "cpu_s": {"workers": [d[n] for n in names], "redis": d["redis"], "driver": d["driver"],
+                  "machine": d["machine"]},
+        "cpu_s_per_run": {"workers": round(sum(d[n] for n in names) / per_run, 3),
+                          "redis": round(d["redis"] / per_run, 3), "driver": round(d["driver"] / per_run, 3)},
+        "busy_cores": {"cluster": round(cluster / makespan, 2), "machine": round(d["machine"] / makespan, 2),
+                       "of": os.cpu_count()},
+    }
 
 
 def _one_count(cfg: ScaleBench, workers: int) -> dict[str, Any]:
@@ -165,12 +246,14 @@ def _one_count(cfg: ScaleBench, workers: int) -> dict[str, Any]:
         ios = {a: _latest_io(rt, a) for a in agents}
         dispatcher = KombuDispatcher(str(rt.settings.redis_url))
         try:
+            cpu0, cmds0 = _cpu_snapshot(cluster), command_calls(rt.redis)
             started = datetime.now(UTC)
             for agent in agents:
                 outcome = trigger_consolidation(rt.coord, dispatcher, agent, ios[agent]).outcome
                 if outcome != "enqueued":
                     raise RuntimeError(f"trigger of {agent} was {outcome}")
             ids = _wait_all(rt, agents, cfg.timeout_s)
+            cpu1, cmds1 = _cpu_snapshot(cluster), command_calls(rt.redis)
         finally:
             dispatcher.close()
         rss = [peak_rss_mib(p.pid) for p in cluster.procs]
@@ -199,6 +282,8 @@ def _one_count(cfg: ScaleBench, workers: int) -> dict[str, Any]:
         "model_calls": calls,
         "model_calls_per_s": round(calls / makespan, 2),
         "run_wall_median_s": round(statistics.median(walls), 3) if walls else None,
+        **_cpu_report(cpu0, cpu1, workers, len(ids), makespan),
+        "redis_commands_per_run": per_run_commands(cmds0, cmds1, len(ids)),
         "peak_rss_mib": [max(tree.values(), default=0.0) for tree in rss],
         "peak_rss_tree_mib": [list(tree.values()) for tree in rss],
         "machine_before": before,
@@ -234,8 +319,8 @@ def report_table(report: Mapping[str, Any]) -> Any:
     for c in report["counts"]:
         table.add_column(f"{c['workers']} worker(s)", justify="right")
     for key in ("threads", "runs", "statuses", "makespan_s", "runs_per_s", "model_calls_per_s",
-                "run_wall_median_s", "speedup", "efficiency", "peak_rss_mib", "machine_before",
-                "machine_after"):
+                "run_wall_median_s", "speedup", "efficiency", "cpu_s_per_run", "busy_cores", "peak_rss_mib",
+                "machine_before", "machine_after"):
         table.add_row(key, *(str(c.get(key)) for c in report["counts"]))
     ok = report["targets"]["efficiency_ge_0_9"]
     table.add_row("target: efficiency ≥ 0.9 at the largest count", *([""] * (len(report["counts"]) - 1)),

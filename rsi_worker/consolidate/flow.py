@@ -50,6 +50,7 @@ from rsi_worker.consolidate.refining import is_refine_io
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.spend import over_cap
 from rsi_worker.consolidate.tree_spend import tree_exhausted
+from rsi_worker.consolidate.trial_load import load_trial
 from rsi_worker.consolidate.trials import run_trial as trial_body
 
 __all__ = [
@@ -84,7 +85,8 @@ Member = Literal["trials", "drafts"]
 """The fan-outs: independent members run between two steps (chord headers on the cluster)."""
 
 StepBody = Callable[[Deps, RoundContext], Next]
-MemberBody = Callable[[Deps, RoundContext, Mapping[str, Any], Any], dict[str, Any]]
+MemberBody = Callable[..., dict[str, Any]]
+"""``(deps, ctx, stored drafts, item)``; the ``trials`` body also takes ``reads=`` (``trial_load``)."""
 
 
 @dataclass(frozen=True)
@@ -250,14 +252,18 @@ def run_member(deps: Deps, members: Member, run_id: str, item: Any) -> dict[str,
     dropped variant — the same on the cluster and inline).
     """
     try:
-        ctx, status, drafts = _load(deps, run_id)
+        if members == "trials":  # the run row and the trial's reads in one read (trial_load)
+            loaded = load_trial(deps, run_id, item)
+            ctx, status, drafts = loaded.ctx, loaded.status, loaded.drafts
+        else:
+            ctx, status, drafts = _load(deps, run_id)
         if status != "running":
             return {"status": "stale", **_brief(members, item)}
         try:
             if members != "trials":  # a trial renews in its first round trip (trials.run_trial)
                 renew_or_stop(deps, ctx)
             else:
-                return MEMBERS[members](deps, ctx, drafts, item)
+                return MEMBERS[members](deps, ctx, drafts, item, reads=loaded.reads)
         except CoordinationError as exc:
             return {"status": "lease_lost", "error": error_record(exc), **_brief(members, item)}
         return MEMBERS[members](deps, ctx, drafts, item)

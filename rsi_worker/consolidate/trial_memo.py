@@ -9,7 +9,11 @@ agent's verdict cache once per trial. Those reads are remembered here, per worke
 * **incumbent harnesses** by ``(agent, version)``: a version is the digest of its content
   (``materialize`` checked it when it was first read);
 * **the verdict cache** by ``(agent, run id)``: the agent's state is written by the run's own final
-  write (the lease holder's), so it does not change while the run's trials run.
+  write (the lease holder's), so it does not change while the run's trials run;
+* **the run's decoded context and drafts** by ``(run id, the column's stored text)``: a trial reads
+  the run row's ``params`` and ``drafts`` as text (one Core ``SELECT``) and decodes a text it has not
+  seen (``RoundContext.from_json``); the text is the key, so a step or a draft that rewrote the
+  column is a new entry, never a stale hit (docs/performance/consolidation.md#a-trials-cost).
 
 A value is returned as read (never copied); callers treat it as read-only. Each memo holds at most
 :data:`MEMO_MAX` entries and is emptied when full. Project decision: a world that retention removes
@@ -24,7 +28,7 @@ import threading
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["MEMO_MAX", "Memo", "clear", "harnesses", "verdicts", "worlds"]
+__all__ = ["MEMO_MAX", "Memo", "clear", "contexts", "drafts", "harnesses", "verdicts", "worlds"]
 
 MEMO_MAX = 1024
 """Entries per memo before it is emptied (a worker's few agents' worlds, versions and runs)."""
@@ -64,11 +68,15 @@ class Memo:
 worlds = Memo()
 harnesses = Memo()
 verdicts = Memo(64)
+contexts = Memo(64)
+"""``(run id, params text)`` → the decoded ``RoundContext`` (read-only: trials never change it)."""
+drafts = Memo(64)
+"""``(run id, drafts text)`` → the decoded drafts (read-only)."""
 
 
 def clear() -> None:
     """Empty every memo (tests)."""
-    for memo in (worlds, harnesses, verdicts):
+    for memo in (worlds, harnesses, verdicts, contexts, drafts):
         memo.clear()
 
 

@@ -14,17 +14,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from rsi_common.coord import Lease
-from rsi_common.db import get_agent, get_harness
 from rsi_common.db.models import ReplayRow
-from rsi_common.db.replays import store_trial, stored_trial
+from rsi_common.db.replays import store_trial
 from rsi_common.errors import LeaseLost
-from rsi_common.harness import Harness, h0, materialize
+from rsi_common.harness import Harness
 from rsi_common.kernel import RetryPolicy
 from rsi_common.replay import PolicySpec, ReplayResult, replay_world
-from rsi_worker.consolidate import trial_memo
-from rsi_worker.consolidate.context import Deps, RoundContext, load_world
+from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.evaluate import INCUMBENT, TrialSlot, score
 from rsi_worker.consolidate.spend import Spend, charge, today, usage_tokens
+from rsi_worker.consolidate.trial_load import TrialReads, read_slot
 from rsi_worker.consolidate.waves import await_first_wave
 from rsi_worker.roles.judge import CriteriaJudge, request_text
 
@@ -51,54 +50,36 @@ def row_json(row: ReplayRow) -> dict[str, Any]:
     }
 
 
-def _harness(session: Any, ctx: RoundContext, candidate: str, drafts: Mapping[str, Any]) -> Harness:
-    if candidate != INCUMBENT:
-        return materialize(drafts[candidate]["payload"])
-    version = ctx.start_version
-    if version is None:
-        return h0()
-    found = trial_memo.harnesses.get((ctx.agent_id, version), lambda: materialize(
-        get_harness(session, ctx.agent_id, version).payload))
-    assert found is not None
-    return found
-
-
-def _reads(deps: Deps, ctx: RoundContext, slot: TrialSlot, drafts: Mapping[str, Any]
-           ) -> tuple[dict[str, Any] | None, dict[str, Any], Any, Harness | None, str]:
-    """A trial's reads in one read transaction (deferred on SQLite: no write turn held): ``(stored
-    row, verdict cache, world, harness, harness error)``; the stored row alone when the slot has one.
-    Worlds, the incumbent harness and the verdict cache come from :mod:`trial_memo` when this process
-    read them before (docs/performance/consolidation.md#a-trials-cost)."""
+def _reads(deps: Deps, ctx: RoundContext, slot: TrialSlot, drafts: Mapping[str, Any]) -> TrialReads:
+    """A trial's reads (:func:`~rsi_worker.consolidate.trial_load.read_slot`) in a read transaction of
+    their own (deferred on SQLite: no write turn held), for a caller that did not read them with the
+    run row (:func:`~rsi_worker.consolidate.trial_load.load_trial`)."""
     with deps.sessions() as session:
         session.connection(execution_options={"sqlite_begin": "DEFERRED"})
-        existing = stored_trial(session, ctx.run_id, slot.candidate, slot.world_id, slot.trial)
-        if existing is not None:
-            session.commit()
-            return existing, {}, None, None, ""
-        verdicts = trial_memo.verdicts.get((ctx.agent_id, ctx.run_id), lambda: trial_memo.verdict_cache(
-            get_agent(session, ctx.agent_id).state or {}))
-        world = trial_memo.worlds.get((ctx.agent_id, slot.world_id),
-                                      lambda: load_world(session, slot.world_id, ctx.agent_id))
-        harness: Harness | None = None
-        harness_error = ""
-        try:
-            harness = _harness(session, ctx, slot.candidate, drafts)
-        except Exception as exc:
-            harness_error = f"{type(exc).__name__}: {exc}"[:300]
+        reads = read_slot(session, ctx, slot, drafts)
         session.commit()  # no transaction stays open across model calls (read-only)
-    return None, verdicts or {}, world, harness, harness_error
+    return reads
 
 
 class _Heartbeat:
     """The replay's cancel callback: the candidate's cancel flag, and a lease renewal at most every
-    ``lease_s / 3`` seconds so a long replay keeps its run alive; a lost lease cancels the replay."""
+    ``lease_s / 3`` seconds so a long replay keeps its run alive; a lost lease cancels the replay.
 
-    def __init__(self, deps: Deps, ctx: RoundContext, candidate: str) -> None:
+    ``fresh``: the flag was just read (not set) by the trial's first round trip (``_renew``), so the
+    first check — before the first model call, or the second wave's first look — is answered from
+    that read; every later check (after a wait or a model call) reads Redis
+    (docs/performance/consolidation.md#a-trials-cost)."""
+
+    def __init__(self, deps: Deps, ctx: RoundContext, candidate: str, *, fresh: bool = False) -> None:
         self.deps, self.ctx, self.candidate = deps, ctx, candidate
         self.every_s = max(1.0, deps.settings.lease_s / 3)
         self.last = time.monotonic()
+        self.fresh = fresh
 
     def __call__(self) -> bool:
+        if self.fresh:
+            self.fresh = False
+            return False
         if time.monotonic() - self.last >= self.every_s:
             self.last = time.monotonic()
             lease = Lease(self.ctx.agent_id, self.ctx.token, self.ctx.fence, self.ctx.io_id or "")
@@ -109,7 +90,8 @@ class _Heartbeat:
         return False
 
 
-def _result_of(deps: Deps, ctx: RoundContext, slot: TrialSlot, world: Any, harness: Harness) -> ReplayResult:
+def _result_of(deps: Deps, ctx: RoundContext, slot: TrialSlot, world: Any, harness: Harness,
+               heartbeat: _Heartbeat) -> ReplayResult:
     if slot.source != "replay":
         return ReplayResult.from_json(slot.reuse or {})
     return replay_world(
@@ -117,7 +99,7 @@ def _result_of(deps: Deps, ctx: RoundContext, slot: TrialSlot, world: Any, harne
         harness,
         PolicySpec(ctx.provider, ctx.model),
         seed=slot.trial,
-        cancelled=_Heartbeat(deps, ctx, slot.candidate),
+        cancelled=heartbeat,
         llm_factory=lambda p: deps.models(p.provider, p.model, "policy"),
         retry=RetryPolicy.from_settings(deps.settings),
     )
@@ -139,7 +121,7 @@ def _store(deps: Deps, ctx: RoundContext, slot: TrialSlot, **values: Any) -> dic
 
 
 def _second_wave_stopped(deps: Deps, ctx: RoundContext, slot: TrialSlot,
-                         checks_of: Mapping[str, Any]) -> bool:
+                         checks_of: Mapping[str, Any], heartbeat: _Heartbeat) -> bool:
     """A candidate's second-wave replay waits for its first wave (:mod:`~rsi_worker.consolidate.waves`);
     True when it must not run (the candidate was cancelled, or the lease lost, meanwhile)."""
     wait_s = deps.params.early_stop_wave_s
@@ -147,7 +129,7 @@ def _second_wave_stopped(deps: Deps, ctx: RoundContext, slot: TrialSlot,
         return False
     return await_first_wave(slot, ctx.slots.get(slot.candidate) or [], checks_of,
                             lambda: deps.coord.bound_progress(ctx.run_id, slot.candidate),
-                            _Heartbeat(deps, ctx, slot.candidate), wait_s=wait_s, margin=deps.coord.margin)
+                            heartbeat, wait_s=wait_s, margin=deps.coord.margin)
 
 
 def _renew(deps: Deps, ctx: RoundContext, slot: TrialSlot) -> tuple[bool, Spend | None]:
@@ -171,12 +153,18 @@ def _renew(deps: Deps, ctx: RoundContext, slot: TrialSlot) -> tuple[bool, Spend 
     return cancelled, spend if spend.reason() else None
 
 
-def run_trial(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], slot: TrialSlot) -> dict[str, Any]:
+def run_trial(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], slot: TrialSlot, *,
+              reads: TrialReads | None = None) -> dict[str, Any]:
     """Run (or return the stored result of) one trial slot of a running run; see the module docstring.
-    The ``trials`` member of the state machine (``flow.run_trial``), run after its lease check;
-    ``drafts``: the run's stored drafts (a candidate's harness)."""
+    The ``trials`` member of the state machine (``flow.run_trial``); ``drafts``: the run's stored
+    drafts (a candidate's harness); ``reads``: the trial's reads when the caller read them with the
+    run row (``trial_load.load_trial``), else they are read here. The lease is renewed first
+    (a lost lease raises :class:`~rsi_common.errors.LeaseLost` before anything is stored)."""
     cancelled, capped = _renew(deps, ctx, slot)
-    existing, verdicts, world, harness, harness_error = _reads(deps, ctx, slot, drafts)
+    if reads is None:
+        reads = _reads(deps, ctx, slot, drafts)
+    existing, verdicts, world, harness, harness_error = (
+        reads.existing, reads.verdicts, reads.world, reads.harness, reads.harness_error)
     if existing is not None:
         return existing
     checks = ctx.checks.get(slot.world_id, [])
@@ -185,17 +173,18 @@ def run_trial(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], slot: Tr
     if world is None or harness is None:
         error = "world no longer stored" if world is None else harness_error
         return _store(deps, ctx, slot, status="missing", weight=len(checks), result={"error": error})
-    if _second_wave_stopped(deps, ctx, slot, checks_of=ctx.checks):
+    heartbeat = _Heartbeat(deps, ctx, slot.candidate, fresh=True)  # the flag was read by _renew
+    if _second_wave_stopped(deps, ctx, slot, checks_of=ctx.checks, heartbeat=heartbeat):
         return _store(deps, ctx, slot, status="cancelled", result={"reason": "cancelled before the replay"})
     if capped is not None:
         return _store(deps, ctx, slot, status="missing", weight=len(checks),
                       result={"error": "spend cap reached: not replayed"})
-    replay = _result_of(deps, ctx, slot, world, harness)
+    replay = _result_of(deps, ctx, slot, world, harness, heartbeat)
     policy_tokens = int(replay.policy_tokens or 0) if slot.source == "replay" else 0
     if replay.status == "cancelled" or replay.missing:
         charge(deps, ctx.agent_id, policy_tokens)
     if replay.status == "cancelled":
-        return _store(deps, ctx, slot, status="cancelled", result={"replay": replay.to_json()})
+        return _store(deps, ctx, slot, status="cancelled", result={"replay": replay.to_json(shared=True)})
     if replay.missing:
         return _store(
             deps,
@@ -203,7 +192,7 @@ def run_trial(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], slot: Tr
             slot,
             status="missing",
             weight=len(checks),
-            result={"replay": replay.to_json(), "error": replay.error},
+            result={"replay": replay.to_json(shared=True), "error": replay.error},
         )
     judge_client = deps.role(ctx, "judge")
     judge = CriteriaJudge(judge_client, cache=verdicts)
@@ -214,7 +203,7 @@ def run_trial(deps: Deps, ctx: RoundContext, drafts: Mapping[str, Any], slot: Tr
     # the replay's and the judge's tokens in one round trip (docs/performance/consolidation.md#a-trials-cost)
     charge(deps, ctx.agent_id, policy_tokens + usage_tokens({"judge": judge_client.usage()}))
     result = {
-        "replay": replay.to_json(),
+        "replay": replay.to_json(shared=True),
         "passed": passed,
         "verdicts": graded,
         "new_verdicts": judge.new_entries,
