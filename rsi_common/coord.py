@@ -101,6 +101,7 @@ __all__ = [
     "slots_key",
     "spend_key",
     "step_key",
+    "wave_key",
 ]
 
 HARNESS_CHANNEL = "rsi:harness"
@@ -142,6 +143,12 @@ def slots_key(run: str, cand: str) -> str:
 def cancel_key(run: str, cand: str) -> str:
     """``rsi:run:{run}:cancel:{cand}`` — set once the candidate provably cannot pass the floor."""
     return f"rsi:run:{run}:cancel:{cand}"
+
+
+def wave_key(run: str, cand: str) -> str:
+    """``rsi:run:{run}:wave:{cand}`` — the claim of the candidate's second-wave sender on the cluster
+    (docs/performance/consolidation.md#trial-order)."""
+    return f"rsi:run:{run}:wave:{cand}"
 
 
 def dispatch_key(run: str, step: str) -> str:
@@ -657,7 +664,7 @@ class Coordinator:
     def cleanup_run(self, run: str, candidates: Iterable[str], steps: Iterable[str] = ()) -> int:
         """Delete the run keys of the given candidates and the step claims of the given steps (a late
         step task then finds the run closed and stops); returns the number of keys deleted."""
-        keys = [f(run, c) for c in candidates for f in (bound_key, slots_key, cancel_key)]
+        keys = [f(run, c) for c in candidates for f in (bound_key, slots_key, cancel_key, wave_key)]
         keys += [f(run, s) for s in steps for f in (dispatch_key, step_key)]
         return int(self.client.delete(*keys)) if keys else 0
 

@@ -44,6 +44,7 @@ from typing import Any
 
 import redis
 
+from rsi_common.coord import wave_key
 from rsi_common.db import get_run
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.waves import release_due
@@ -69,6 +70,13 @@ redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 return 1
 """
 
+_DROP = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
 _MARK_SENT = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
     redis.call('SET', KEYS[1], 'sent:' .. ARGV[1], 'EX', ARGV[2])
@@ -79,8 +87,9 @@ return 0
 
 
 def release_key(run_id: str, candidate: str) -> str:
-    """The candidate's release claim (module docstring)."""
-    return f"rsi:run:{run_id}:wave:{candidate}"
+    """The candidate's release claim (module docstring); deleted with the run's other keys when the
+    run closes (``Coordinator.cleanup_run``)."""
+    return wave_key(run_id, candidate)
 
 
 def wave_ttl_s(deps: Deps) -> int:
@@ -101,16 +110,16 @@ def mark_sent(client: redis.Redis, run_id: str, candidate: str, owner: str, ttl_
     return bool(client.eval(_MARK_SENT, 1, release_key(run_id, candidate), owner, ttl_s))
 
 
-def second_wave(deps: Deps, run_id: str, candidate: str, wave: int) -> list[dict[str, Any]]:
+def second_wave(deps: Deps, run_id: str, candidate: str, wave: int) -> list[dict[str, Any]] | None:
     """The candidate's slots after its first ``wave`` (JSON, plan order), read from the run's stored
-    context in a read transaction; ``[]`` when the run is no longer running."""
+    context in a read transaction; ``None`` when the run is no longer running."""
     with deps.sessions() as session:
         session.connection(execution_options={"sqlite_begin": "DEFERRED"})  # a read: no write turn
         run = get_run(session, run_id)
         status, params = str(run.status), run.params
         session.commit()
     if status != "running":
-        return []
+        return None
     plan = RoundContext.from_json(params or {}).slots.get(candidate) or []
     return [dict(s) for s in plan[max(0, wave):]]
 
@@ -118,12 +127,17 @@ def second_wave(deps: Deps, run_id: str, candidate: str, wave: int) -> list[dict
 def send_second_wave(deps: Deps, run_id: str, candidate: str, wave: int, owner: str,
                      send: Callable[[Sequence[Mapping[str, Any]]], None]) -> bool:
     """Send the candidate's second wave once (module docstring): claim, read the slots, ``send`` them
-    (the caller adds them to its chord), mark sent. Returns whether this call sent it. Raises what the
+    (the caller adds them to its chord), mark sent. Returns whether this call sent it; a run
+    found closed sends nothing and drops the claim (its keys were deleted at the close: none is left
+    behind). Raises what the
     claim, the read or ``send`` raise (the caller's redelivery retries under the same claim)."""
     client, ttl = deps.coord.client, wave_ttl_s(deps)
     if not claim_release(client, run_id, candidate, owner, ttl):
         return False
     slots = second_wave(deps, run_id, candidate, wave)
+    if slots is None:  # the run closed (its keys were cleaned up): leave no claim behind
+        client.eval(_DROP, 1, release_key(run_id, candidate), owner)
+        return False
     if slots:
         send(slots)
     mark_sent(client, run_id, candidate, owner, ttl)

@@ -4,6 +4,7 @@ wave is counted, once, and stores ``cancelled`` without a model call."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,8 @@ def test_a_hopeless_candidate_runs_only_its_first_wave_on_free_threads(tmp_path:
     calls = int(redis.Redis.from_url(redis_srv.client_url).get(CALLS_KEY) or 0)
     steps = sum(int(((r.result or {}).get("replay") or {}).get("steps") or 0) for r in rows.values())
     assert calls == steps <= wave  # at most one refusal per first-wave trial: the ceiling
-    sent = redis.Redis.from_url(redis_srv.client_url).get(release_key(run.id, "B"))
-    assert sent is not None and sent.startswith(b"sent:")  # released once, by a first-wave trial or the gate
+    client, deadline = redis.Redis.from_url(redis_srv.client_url), time.monotonic() + 60
+    while client.exists(release_key(run.id, "B")) and time.monotonic() < deadline:
+        time.sleep(0.05)  # a gate's last look may hold its claim for an instant, then drops it
+    assert not client.exists(release_key(run.id, "B"))  # the claim went with the run's keys at its close
     stack.close()

@@ -178,3 +178,22 @@ def test_a_resend_keeps_the_chord_membership_under_a_new_id() -> None:
                      "root_id": "r1", "countdown": 0.5}]
     gate = app.signature(TASK_RELEASE_WAVE, args=(RUN, CAND, 2, 0.0))
     assert "task_id" not in gate.clone().options  # a fresh id each look: never counted as a redelivery
+
+
+def test_the_claim_goes_with_the_run_and_a_late_sender_leaves_none(client: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run's close deletes the claim with its other keys; a trial or gate that releases after the
+    close finds the run closed, sends nothing and leaves no key behind (nor does it undo a live claim)."""
+    from rsi_common.coord import Coordinator
+
+    d, sent = deps(FakeCoord(client)), []
+    monkeypatch.setattr(wave_release, "second_wave", lambda *_a: [dict(s) for s in SECOND])
+    assert send_second_wave(d, RUN, CAND, 7, "trial-1", sent.append)
+    Coordinator(client, 30.0).cleanup_run(RUN, [CAND])
+    assert client.keys("rsi:run:*") == []
+    monkeypatch.setattr(wave_release, "second_wave", lambda *_a: None)  # the run is closed
+    assert not send_second_wave(d, RUN, CAND, 7, "gate-1", sent.append)
+    assert client.keys("rsi:run:*") == [] and sent == [SECOND]
+    assert claim_release(client, RUN, CAND, "trial-9", 60)  # another's live claim is not dropped
+    assert not send_second_wave(d, RUN, CAND, 7, "gate-1", sent.append)
+    assert client.get(release_key(RUN, CAND)) == b"trial-9"
