@@ -30,11 +30,12 @@ import redis
 from rsi_common.config import Settings
 from rsi_common.coord import dispatch_key, step_key
 
-__all__ = ["claim_dispatch", "claim_step", "claim_ttl_s", "dispatch_key", "release_step", "step_key"]
+__all__ = ["claim_dispatch", "claim_owned", "claim_step", "claim_ttl_s", "dispatch_key", "drop_owned",
+           "release_step", "step_key"]
 
 log = logging.getLogger(__name__)
 
-_CLAIM_STEP = """
+_CLAIM_OWNED = """
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
     redis.call('EXPIRE', KEYS[1], ARGV[2])
@@ -48,7 +49,7 @@ return 1
 """
 
 
-_RELEASE_STEP = """
+_DROP_OWNED = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
     return redis.call('DEL', KEYS[1])
 end
@@ -72,9 +73,20 @@ def claim_step(client: redis.Redis, run_id: str, step: str, task_id: str, ttl_s:
     Returns:
         False when another task holds it: the caller stops without running the step.
     """
-    return bool(client.eval(_CLAIM_STEP, 1, step_key(run_id, step), task_id, ttl_s))
+    return claim_owned(client, step_key(run_id, step), task_id, ttl_s)
 
 
 def release_step(client: redis.Redis, run_id: str, step: str, task_id: str) -> bool:
     """Give back the execution claim of ``step`` if ``task_id`` holds it; True when it was deleted."""
-    return bool(client.eval(_RELEASE_STEP, 1, step_key(run_id, step), task_id))
+    return drop_owned(client, step_key(run_id, step), task_id)
+
+
+def claim_owned(client: redis.Redis, key: str, owner: str, ttl_s: int) -> bool:
+    """Take ``key`` for ``owner`` (``SET NX`` with ``ttl_s`` seconds), or renew it when ``owner``
+    holds it already (re-entrant: a redelivered task keeps its claim); False when another holds it."""
+    return bool(client.eval(_CLAIM_OWNED, 1, key, owner, ttl_s))
+
+
+def drop_owned(client: redis.Redis, key: str, owner: str) -> bool:
+    """Delete ``key`` if ``owner`` holds it; True when it was deleted."""
+    return bool(client.eval(_DROP_OWNED, 1, key, owner))

@@ -46,6 +46,7 @@ import redis
 
 from rsi_common.coord import wave_key
 from rsi_common.db import get_run
+from rsi_worker.cluster.join import claim_owned, drop_owned
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.waves import release_due
 
@@ -56,26 +57,6 @@ log = logging.getLogger(__name__)
 
 GATE_POLL_S = 0.5
 """Seconds between two looks of the gate at its candidate (a message with a countdown, no thread)."""
-
-_CLAIM = """
-local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-    redis.call('EXPIRE', KEYS[1], ARGV[2])
-    return 1
-end
-if v then
-    return 0
-end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-return 1
-"""
-
-_DROP = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-    return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
 
 _MARK_SENT = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -102,7 +83,7 @@ def wave_ttl_s(deps: Deps) -> int:
 def claim_release(client: redis.Redis, run_id: str, candidate: str, owner: str, ttl_s: int) -> bool:
     """Take (or, for the same ``owner``, keep) the right to send the candidate's second wave; False
     when another task holds it or the wave was sent (module docstring)."""
-    return bool(client.eval(_CLAIM, 1, release_key(run_id, candidate), owner, ttl_s))
+    return claim_owned(client, release_key(run_id, candidate), owner, ttl_s)
 
 
 def mark_sent(client: redis.Redis, run_id: str, candidate: str, owner: str, ttl_s: int) -> bool:
@@ -136,7 +117,7 @@ def send_second_wave(deps: Deps, run_id: str, candidate: str, wave: int, owner: 
         return False
     slots = second_wave(deps, run_id, candidate, wave)
     if slots is None:  # the run closed (its keys were cleaned up): leave no claim behind
-        client.eval(_DROP, 1, release_key(run_id, candidate), owner)
+        drop_owned(client, release_key(run_id, candidate), owner)
         return False
     if slots:
         send(slots)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rsi_common.config import Settings
+from rsi_worker.consolidate import pool_memo
 from tests.support.pipeline import Stack
 
 
@@ -16,4 +17,17 @@ from tests.support.pipeline import Stack
 def stack(tmp_path: Path) -> Iterator[Stack]:
     s = Stack(Settings(database_url=f"sqlite:///{tmp_path / 'rsi.db'}", model_backoff_s=0))
     yield s
+    s.close()
+
+
+@pytest.fixture
+def small_pool_stack(tmp_path: Path) -> Iterator[Stack]:
+    """A stack whose world pool holds 5 worlds (older worlds leave the window soon), with the
+    process's pool memo empty before and after."""
+    base = Settings(database_url=f"sqlite:///{tmp_path / 'rsi.db'}", model_backoff_s=0)
+    small = base.consolidation.model_copy(update={"world_pool": 5})
+    s = Stack(base.model_copy(update={"consolidation": small}))
+    pool_memo.clear()
+    yield s
+    pool_memo.clear()
     s.close()

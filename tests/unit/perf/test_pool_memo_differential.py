@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from rsi_common.config import Settings
 from rsi_common.db import make_engine, retain_worlds, session_factory, update_signals
 from rsi_common.db.models import WorldRow
-from rsi_worker.consolidate import pool_memo, quiet
+from rsi_worker.consolidate import quiet
 from rsi_worker.consolidate.opening import open_row, open_step
 from tests.support.pipeline import Stack
 
@@ -32,14 +30,9 @@ STEPS = 24
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    base = Settings(database_url=f"sqlite:///{tmp_path / 'rsi.db'}", model_backoff_s=0)
-    small = base.consolidation.model_copy(update={"world_pool": 5})  # older worlds leave the window
-    s = Stack(base.model_copy(update={"consolidation": small}))
-    pool_memo.clear()
-    yield s
-    pool_memo.clear()
-    s.close()
+def stack(small_pool_stack: Stack) -> Stack:
+    """The conftest's stack with a 5-world pool: older worlds leave the window soon."""
+    return small_pool_stack
 
 
 def _write(stack: Stack, other: Any, rng: random.Random) -> None:

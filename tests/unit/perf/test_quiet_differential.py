@@ -6,14 +6,11 @@ states, each decided by ``quiet.decide`` and by the full path's opening (``open_
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from rsi_common.config import Settings
 from rsi_common.db.models import AgentRow
 from rsi_worker.consolidate import quiet
 from rsi_worker.consolidate.opening import open_row, open_step
@@ -30,13 +27,9 @@ SCENARIOS = 12
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Stack]:
-    base = Settings(database_url=f"sqlite:///{tmp_path / 'rsi.db'}", model_backoff_s=0)
-    small = base.consolidation.model_copy(update={"world_pool": 5})  # older worlds leave the window
-    settings = base.model_copy(update={"consolidation": small})
-    s = Stack(settings)
-    yield s
-    s.close()
+def stack(small_pool_stack: Stack) -> Stack:
+    """The conftest's stack with a 5-world pool: older worlds leave the window soon."""
+    return small_pool_stack
 
 
 def _scenario(stack: Stack, rng: random.Random, agent: str) -> tuple[Any, Any]:
