@@ -97,7 +97,8 @@ class Fanout:
         with self._lock:
             if self.sent:
                 seal(client, name, batch)
-            out = [s for s in specs if _slot(s) not in {_slot(x) for x in self.sent}]
+            early = {_slot(x) for x in self.sent}
+            out = [s for s in specs if _slot(s) not in early]
             if out:
                 self._send(out, batch)
         return batch

@@ -99,9 +99,8 @@ def clear() -> None:
 def merge(memo: PoolMemo, changed: Iterable[Any],
           floor: float | None) -> tuple[tuple[Head, ...], bool] | None:
     """The window after ``changed`` (rows stamped after ``memo.epoch``, plain tuples with ``tainted``
-    last) and the
-    deletes below ``floor`` (``pool_floor`` as read), with whether it is complete; ``None`` when it
-    cannot be known without the full read (module docstring)."""
+    last) and the deletes below ``floor`` (``pool_floor`` as read), with whether it is complete;
+    ``None`` when it cannot be known without the full read (module docstring)."""
     n = memo.n
     rows = {h.id: h for h in memo.rows}
     for r in changed:  # plain tuples (:meth:`Head.at`), ``tainted`` last
