@@ -8,7 +8,7 @@ the round's records / scoreboard / progress, the winner's replays cached, caches
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -196,19 +196,22 @@ def finalize(
 
 
 def close_lease(
-    deps: Deps, ctx: RoundContext, result: ConsolidationResult, drafts: list[str], *, run_keys: bool = True
+    deps: Deps, ctx: RoundContext, result: ConsolidationResult, drafts: list[str], *, run_keys: bool = True,
+    finish: Callable[[Deps, Lease], Lease | None] | None = None,
 ) -> Lease | None:
     """After the final write: drop the run keys (best effort: they expire anyway), release the lease
     or hand it to the re-run of a pending turn (``finish`` is the last step that can fail, so a
     re-run lease it returns is never lost), count the run. ``run_keys=False``: the run made no run
     key (a quiet run: its id was never handed to a step), so none is deleted (one Redis round trip
-    fewer)."""
+    fewer). ``finish``: how the lease is finished (``deps.coord.finish``'s answer; the quiet run's is
+    ``quiet_lease.finish``)."""
     if run_keys:
         try:
             deps.coord.cleanup_run(ctx.run_id, drafts, get_args(JoinStep))
         except COORD_ERRORS as exc:
             log.warning("run %s: run keys not deleted (%s); they expire", ctx.run_id, type(exc).__name__)
-    nxt = deps.coord.finish(Lease(ctx.agent_id, ctx.token, ctx.fence, ctx.io_id or ""))
+    lease = Lease(ctx.agent_id, ctx.token, ctx.fence, ctx.io_id or "")
+    nxt = deps.coord.finish(lease) if finish is None else finish(deps, lease)
     try:
         deps.metrics.run_finished(result.summary(), rerun=nxt is not None)
     except Exception as exc:  # a metrics hook never loses the re-run

@@ -36,7 +36,7 @@ from rsi_common.coord import Lease
 from rsi_common.db import get_run
 from rsi_common.errors import CoordinationError, LeaseLost
 from rsi_common.stored import error_record
-from rsi_worker.consolidate import quiet
+from rsi_worker.consolidate import quiet, quiet_lease
 from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.drafting import draft_and_launch
 from rsi_worker.consolidate.evaluate import TrialSlot
@@ -293,7 +293,7 @@ def close(deps: Deps, nxt: Next) -> tuple[ConsolidationResult | None, Lease | No
         written = quiet.record(deps, nxt)
         if written is None:
             return None, None
-        return written, close_lease(deps, nxt.ctx, written, [], run_keys=False)
+        return written, close_lease(deps, nxt.ctx, written, [], run_keys=False, finish=quiet_lease.finish)
     return finalize(deps, nxt.ctx, nxt.result)
 
 

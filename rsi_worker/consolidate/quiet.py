@@ -62,10 +62,11 @@ from rsi_worker.consolidate.opening import (
 )
 from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.pool_memo import pool_window
+from rsi_worker.consolidate.quiet_lease import discard, renewal, send_renewal
 from rsi_worker.consolidate.quiet_sql import rows, run, statements
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.signals import checks_for, unread_pairs
-from rsi_worker.consolidate.spend import renew_over_cap, spend_summary
+from rsi_worker.consolidate.spend import spend_summary
 from rsi_worker.consolidate.state import EMPTY_DIGEST, ConsolidationState
 from rsi_worker.consolidate.worlds import PoolWorld, WorldPool, needs_answer
 
@@ -125,9 +126,31 @@ def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CO
     t0 = time.monotonic()
     if force or not isinstance(kind, str) or not 0 < len(kind) <= MAX_KIND_CHARS:
         return None
-    params = deps.params
     ctx = RoundContext(run_id=new_run_id(), agent_id=lease.agent, fence=lease.fence, token=lease.token,
-                       io_id=lease.io, early_stop=params.early_stop)
+                       io_id=lease.io, early_stop=deps.params.early_stop)
+    renewing = send_renewal(deps, lease)  # answered while the read runs
+    try:
+        read = _read(deps, lease, ctx, t0)
+    except BaseException:
+        discard(deps, renewing)
+        raise
+    if read is None:
+        discard(deps, renewing)
+        return None
+    nxt, row, state = read
+    renewed, capped = renewal(deps, renewing)  # one Redis round trip, sent before the read
+    if capped is not None or not renewed:
+        return None
+    nxt.quiet = QuietRun(state.to_json() if state.set_seen(ctx.digests, ctx.loaded) else None,
+                         int(row.applied_fence), kind, t0)
+    return nxt
+
+
+def _read(deps: Deps, lease: Lease, ctx: RoundContext,
+          t0: float) -> tuple[Next, AgentHead, ConsolidationState] | None:
+    """:func:`decide`'s read transaction and decision: the ``recorded`` outcome with the agent row and
+    its state, or ``None`` (the full path must run)."""
+    params = deps.params
     engine = _engine(deps)
     with engine.connect().execution_options(**_SNAPSHOT.get(engine.dialect.name, {})) as conn, conn.begin():
         found = rows(conn, "agent", {"agent_id": lease.agent, "fence": lease.fence})
@@ -160,14 +183,7 @@ def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CO
         worlds, fresh = _survey_stored(ctx, state, pool)
         nxt = _nothing_to_learn(ctx, worlds, fresh, t0, scored_by=lambda w: _scored(w, pool))
         ctx.skipped_worlds = dict(pool.skipped)
-    if nxt is None:
-        return None
-    renewed, capped = renew_over_cap(deps, lease)  # one Redis round trip
-    if capped is not None or not renewed:
-        return None
-    nxt.quiet = QuietRun(state.to_json() if state.set_seen(ctx.digests, ctx.loaded) else None,
-                         int(row.applied_fence), kind, t0)
-    return nxt
+    return None if nxt is None else (nxt, row, state)
 
 
 STATES_MEMO_MAX = 64

@@ -24,7 +24,8 @@ from rsi_common.coord import Lease
 from rsi_common.handoff import COORD_ERRORS
 from rsi_worker.consolidate.context import Deps
 
-__all__ = ["Spend", "charge", "over_cap", "renew_over_cap", "spend_summary", "today", "usage_tokens"]
+__all__ = ["Spend", "charge", "over_cap", "renew_over_cap", "spend_reached", "spend_summary", "today",
+           "usage_tokens"]
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +97,18 @@ def renew_over_cap(deps: Deps, lease: Lease) -> tuple[bool, Spend | None]:
         return deps.coord.renew(lease), None
     day = today()
     renewed, spent = deps.coord.renew_and_spend(lease, day)
+    return renewed, spend_reached(deps, lease.agent, day, spent)
+
+
+def spend_reached(deps: Deps, agent: str, day: str, spent: tuple[int, int] | None) -> Spend | None:
+    """The spend of ``(agent, cluster)`` tokens ``spent`` on ``day`` when a cap is reached, else None
+    (also None, logged, when it could not be read: the run goes on)."""
     if spent is None:
-        log.warning("agent %s: spend not readable; the run goes on", lease.agent)
-        return renewed, None
+        log.warning("agent %s: spend not readable; the run goes on", agent)
+        return None
+    p = deps.params
     spend = Spend(day, spent[0], spent[1], p.agent_daily_tokens, p.cluster_daily_tokens)
-    return renewed, spend if spend.reason() else None
+    return spend if spend.reason() else None
 
 
 def spend_summary(usage: Mapping[str, Mapping[str, Any]], rows: Any) -> dict[str, int]:
