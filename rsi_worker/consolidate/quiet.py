@@ -63,7 +63,7 @@ from rsi_worker.consolidate.opening import (
 from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.pool_memo import pool_window
 from rsi_worker.consolidate.quiet_lease import discard, renewal, send_renewal
-from rsi_worker.consolidate.quiet_sql import rows, run, statements
+from rsi_worker.consolidate.quiet_sql import count, rows, statements
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.signals import checks_for, unread_pairs
 from rsi_worker.consolidate.spend import spend_summary
@@ -281,8 +281,8 @@ def record(deps: Deps, nxt: Next) -> ConsolidationResult | None:
     with _engine(deps).connect() as conn, conn.begin() as txn:
         keys = {"agent_id": ctx.agent_id, "new_fence": ctx.fence}
         # a key named like a column is SET by an UPDATE: ``state`` only where it changes
-        swapped = run(conn, "swap", {**keys, "expected": q.applied_fence}).rowcount if state is None \
-            else run(conn, "swap_state", {**keys, "expected": q.applied_fence, "state": state}).rowcount
+        swapped = count(conn, "swap", {**keys, "expected": q.applied_fence}) if state is None \
+            else count(conn, "swap_state", {**keys, "expected": q.applied_fence, "state": state})
         if not swapped:  # written meanwhile (rare): re-read under the lock
             fresh = conn.execute(sql.relock, keys).one()
             if int(fresh.applied_fence) >= ctx.fence:
@@ -293,10 +293,10 @@ def record(deps: Deps, nxt: Next) -> ConsolidationResult | None:
                     conn.execute(sql.merge_state, {**keys, "state": state})
         result.state = state if result.status != "interrupted" else None
         result.seconds = time.monotonic() - q.t0
-        inserted = run(conn, "insert", {
+        inserted = count(conn, "insert", {
             **keys, "run_id": ctx.run_id, "kind": q.kind, "io_id": ctx.io_id, "status": result.status,
             "reason": result.reason, "start_version": ctx.start_version, "params": ctx.to_json(),
-            "result": result.summary()}).rowcount
+            "result": result.summary()})
         if not inserted:
             txn.rollback()
             return None

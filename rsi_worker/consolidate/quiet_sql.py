@@ -40,12 +40,13 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, CursorResult, Dialect
 
+from rsi_common.db.driver_count import run_count
 from rsi_common.db.models import AgentRow, RunRow, WorldRow
 from rsi_common.db.plain_sql import PlainStatement, plain
 from rsi_common.db.sqltypes import JSONType, db_now
 from rsi_common.db.worlds import WORLD_HEAD_COLUMNS
 
-__all__ = ["PLAIN", "QuietStatements", "rows", "run", "statements"]
+__all__ = ["PLAIN", "QuietStatements", "count", "rows", "run", "statements"]
 
 _A: sa.Table = AgentRow.__table__  # type: ignore[assignment]
 _R: sa.Table = RunRow.__table__  # type: ignore[assignment]
@@ -149,3 +150,13 @@ def rows(conn: Connection, name: str, params: Mapping[str, Any]) -> list[Any]:
     if fast is not None:
         return fast.run(conn, params)
     return list(conn.execute(getattr(statements(conn.dialect.name), name), dict(params)))
+
+
+def count(conn: Connection, name: str, params: Mapping[str, Any]) -> int:
+    """Run the write ``name`` (``swap``, ``swap_state``, ``insert``) with ``params``; the rows it
+    changed. Driver SQL where compiled (``rsi_common.db.driver_count``: no execution context, no result
+    object), else the Core construct."""
+    fast = _plain_statements(conn.dialect).get(name)
+    if fast is not None:
+        return run_count(conn, fast.sql, fast.bind(params))
+    return int(conn.execute(getattr(statements(conn.dialect.name), name), dict(params)).rowcount)

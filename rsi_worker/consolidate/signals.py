@@ -145,7 +145,10 @@ def unread_pairs(worlds: Sequence[WorldLike], latest: str, limit: int) -> list[t
     for cur in worlds:
         if not cur.interaction_id:
             continue
-        earlier = [w for w in by_conv[cur.interaction_id] if w.seq < cur.seq]
+        group = by_conv[cur.interaction_id]
+        if len(group) < 2:  # most worlds: a conversation of one turn (no pair)
+            continue
+        earlier = [w for w in group if w.seq < cur.seq]
         if not earlier:
             continue
         prev = max(earlier, key=lambda w: w.seq)
