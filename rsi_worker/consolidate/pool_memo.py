@@ -86,6 +86,9 @@ class PoolMemo:
     """The ``n`` latest untainted rows, newest first."""
     complete: bool
     """The rows are every untainted row of the agent (fewer than ``n`` then)."""
+    ordered: bool = False
+    """The rows are in the pool's order by :func:`_key` (a window :func:`merge` sorted; a full read's
+    rows are as the database sorted them)."""
 
 
 _MEMO: dict[tuple[Any, str], PoolMemo] = {}
@@ -102,18 +105,41 @@ def merge(memo: PoolMemo, changed: Iterable[Any],
     last) and the deletes below ``floor`` (``pool_floor`` as read), with whether it is complete;
     ``None`` when it cannot be known without the full read (module docstring)."""
     n = memo.n
-    rows = {h.id: h for h in memo.rows}
-    for r in changed:  # plain tuples (:meth:`Head.at`), ``tainted`` last
-        rows.pop(r[0], None)
-        if not r[10]:
-            rows[r[0]] = Head.at(r)
-    merged = sorted(rows.values(), key=_key, reverse=True)
+    changed = list(changed)
+    merged = _on_top(memo, changed)
+    if merged is None:
+        rows = {h.id: h for h in memo.rows}
+        for r in changed:  # plain tuples (:meth:`Head.at`), ``tainted`` last
+            rows.pop(r[0], None)
+            if not r[10]:
+                rows[r[0]] = Head.at(r)
+        merged = sorted(rows.values(), key=_key, reverse=True)
     if not memo.complete and (not memo.rows or len(merged) < n or _key(merged[n - 1]) < _key(memo.rows[-1])):
         return None  # an unchanged row the memo does not hold may belong to the window
     window = tuple(merged[:n])
     if window and floor is not None and float(floor) >= float(window[-1].clock or 0.0):
         return None  # a deleted (or moved) row may be in it
     return window, memo.complete and len(merged) <= n
+
+
+def _on_top(memo: PoolMemo, changed: Sequence[Any]) -> list[Head] | None:
+    """The sorted union of the memo's rows and ``changed`` when the memo's rows are in the pool's order
+    (``ordered``) and every changed row is new, untainted and ranks above the memo's first — the
+    steady run: the new turn — without sorting the window again (ids are unique: the full sort gives
+    this very list); ``None`` otherwise (the caller sorts)."""
+    rows = memo.rows
+    if not memo.ordered or not rows:
+        return None
+    top = _key(rows[0])
+    heads = []
+    for r in changed:
+        if r[10]:
+            return None
+        h = Head.at(r)
+        if not _key(h) > top:
+            return None
+        heads.append(h)
+    return sorted(heads, key=_key, reverse=True) + list(rows)
 
 
 def pool_window(db: Any, agent_id: str, n: int, agent: Any, *, full: Callable[[], Sequence[Any]],
@@ -134,7 +160,7 @@ def pool_window(db: Any, agent_id: str, n: int, agent: Any, *, full: Callable[[]
         if merged is not None:
             window, complete = merged
             if epoch != memo.epoch or window != memo.rows:
-                _MEMO[key] = PoolMemo(memo.created, epoch, n, window, complete)
+                _MEMO[key] = PoolMemo(memo.created, epoch, n, window, complete, ordered=True)
             return list(window)
     rows = [Head.at(r) for r in full()]
     if n > 0 and epoch > 0:
