@@ -35,7 +35,9 @@ blank is read once per process (:func:`_scored`) and a state text is decoded onc
 (:func:`_state`), and the pool window is remembered per process with only the rows changed since read
 (:mod:`~rsi_worker.consolidate.pool_memo`, one snapshot: ``REPEATABLE READ`` on PostgreSQL): the steady
 run reads the agent and the pool's changed rows only. The lease renewal and the spend
-read are one Redis script call (``spend.renew_over_cap``), the lease's ``finish`` the other.
+read are one Redis script call (``spend.renew_over_cap``'s), sent before the read transaction and
+answered after the decision (:mod:`~rsi_worker.consolidate.quiet_lease`: Redis answers while SQLite
+reads), the lease's ``finish`` the other; both on :mod:`rsi_common.coord_wire` where the client allows.
 """
 
 from __future__ import annotations
