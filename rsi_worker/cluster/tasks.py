@@ -89,7 +89,7 @@ _WIRE: Mapping[Member, Callable[[Any], Any]] = {"trials": lambda slot: slot.to_j
 def send(app: Celery, task: str, args: list[Any], queue: str) -> Any:
     """``app.send_task`` of ``task``; for a task that stores no result (``ignore_result``) the sender
     does not subscribe to its result either (one ``SUBSCRIBE`` per message saved)."""
-    registered = app.tasks.get(task)
+    registered = getattr(app, "tasks", {}).get(task)  # an app-like sender without a registry: as sent
     quiet = registered is not None and bool(registered.ignore_result)
     return app.send_task(task, args=args, queue=queue, **({"ignore_result": True} if quiet else {}))
 
