@@ -356,7 +356,7 @@ class RsiClient:
         self.redis = redis
         self.coord = Coordinator(redis, settings.lease_s)
         if dispatcher is None:
-            kombu = KombuDispatcher(str(settings.redis_url),
+            kombu = KombuDispatcher(str(settings.redis_url), send_sent_event=settings.task_events,
                                     transport_options={"visibility_timeout": settings.visibility_timeout_s})
             self._owned.append(kombu.close)
             dispatcher = kombu

@@ -385,6 +385,10 @@ class Settings(BaseSettings):
     """A task redelivered more often than this is answered with a structured failure."""
     sweep_interval_s: float = Field(15.0, gt=0)
     """Period of the sweeper (Celery beat)."""
+    task_events: bool = False
+    """Celery task events (``worker_send_task_events``, ``task_send_sent_event``, ``rsi worker -E``)
+    for Flower's task view and the Celery exporter; off by default: about four ``PUBLISH`` per task
+    (docs/performance/consolidation.md#rsi-bench-scale)."""
     metrics_port: int | None = Field(None, ge=1, le=65535)
     """Port of the worker's Prometheus endpoint (1..65535); ``None`` = off."""
     log_format: Literal["json", "text"] = "json"

@@ -687,11 +687,14 @@ class Coordinator:
     def count_delivery(self, task_id: str) -> int:
         """Count one more delivery of the task ``task_id``; returns the count (1 on the first).
 
-        The counter expires :data:`DELIVERY_TTL_S` after the first delivery.
+        The counter expires :data:`DELIVERY_TTL_S` after the first delivery. The first delivery is one
+        command (``SET NX EX``, the counter and its expiry at once); a redelivery adds an ``INCR``.
         """
         key = delivery_key(_text(task_id))
+        if self.client.set(key, 1, nx=True, ex=DELIVERY_TTL_S):
+            return 1
         n = int(self.client.incr(key))
-        if n == 1:
+        if n == 1:  # it expired between the two commands
             self.client.expire(key, DELIVERY_TTL_S)
         return n
 

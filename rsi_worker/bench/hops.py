@@ -31,7 +31,8 @@ def bench_hops(settings: Settings, n: int = 50, timeout_s: float = 30.0) -> dict
     try:
         for i in range(max(1, n) + 3):  # three untimed: connections
             t0 = time.perf_counter()
-            res = app.send_task("celery.accumulate", args=(i,), queue=QUEUE_JUDGE)
+            # the app ignores results by default: this one is waited on
+            res = app.send_task("celery.accumulate", args=(i,), queue=QUEUE_JUDGE, ignore_result=False)
             res.get(timeout=timeout_s)  # raises if the task failed
             if i >= 3:
                 times.append((time.perf_counter() - t0) * 1000)

@@ -17,8 +17,10 @@ Celery's own tools (``celery -A``, Flower) load the module-level app of
 :mod:`rsi_worker.cluster.celery_app` (``celery -A rsi_worker.cluster.celery_app …``), which
 :func:`app_from_env` builds on first use. The app's queues (``task_queues``) are the project's
 (:data:`~rsi_common.dispatch.QUEUES`), so ``celery purge`` and Flower's broker view default to them.
-Task events name their queue; task results and the argument reprs of sent tasks leave a worker as a
-brief (:mod:`rsi_worker.cluster.events`).
+Task events (off unless ``RSI_TASK_EVENTS``) name their queue; task results and the argument reprs
+of sent tasks leave a worker as a brief (:mod:`rsi_worker.cluster.events`). Results are stored only
+for tasks registered with ``ignore_result=False`` (the dream episodes, whose group a cycle waits on):
+nobody reads the others (docs/performance/consolidation.md#rsi-bench-scale).
 """
 
 from __future__ import annotations
@@ -82,8 +84,10 @@ def create_app(settings: Settings, *, name: str = "rsi") -> Celery:
     """The Celery app of ``settings`` with rsi-worker's tasks registered.
 
     Celery settings: late acks, prefetch 1, reject on worker lost, JSON only, per-queue routing,
-    visibility timeout above the hard time limit, soft/hard time limits, task events on, and the
-    sweeper on the beat schedule every ``sweep_interval_s``.
+    visibility timeout above the hard time limit, soft/hard time limits, task events only when
+    ``task_events`` is set, results ignored except where a task keeps them (chord members still join:
+    Celery's Redis backend counts a chord from its own join keys, never from stored results), and
+    the sweeper on the beat schedule every ``sweep_interval_s``.
     """
     broker, backend = broker_urls(settings)
     app = Celery(name, broker=broker, backend=backend, set_as_current=False, events=QueueEvents,
@@ -113,8 +117,9 @@ def create_app(settings: Settings, *, name: str = "rsi") -> Celery:
         broker_connection_retry_on_startup=True,
         task_soft_time_limit=settings.task_soft_time_limit_s,
         task_time_limit=settings.task_time_limit_s,
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        worker_send_task_events=settings.task_events,
+        task_send_sent_event=settings.task_events,
+        task_ignore_result=True,
         result_expires=DELIVERY_TTL_S,
         worker_hijack_root_logger=False,
         beat_schedule={"rsi-sweep": {"task": TASK_SWEEP, "schedule": settings.sweep_interval_s},

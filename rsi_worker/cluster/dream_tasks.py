@@ -43,6 +43,7 @@ def register_dream(app: Celery, ctx: WorkerContext, chain: list[Middleware] | No
             capped=lambda call: {"status": "redelivery_cap"},
             failed=lambda call, exc: {"status": "error", "error": error_record(exc)},
         ),
+        keep_result=True,  # the cycle waits on the group's results (CeleryExecutor)
     )
     def dream_episodes_task(
         cycle_id: str,

@@ -224,9 +224,13 @@ def _resend(task: Any, out: Resend) -> None:
     raise Ignore("resent")
 
 
-def task(app: Celery, chain: Sequence[Middleware], name: str, policy: Policy
+def task(app: Celery, chain: Sequence[Middleware], name: str, policy: Policy, *, keep_result: bool = False
          ) -> Callable[[Callable[..., Any]], Any]:
     """Register the decorated body as the Celery task ``name`` wrapped in ``chain``.
+
+    ``keep_result``: store the task's return value in the result backend (only for a task whose
+    sender waits on it); otherwise it is not stored (``ignore_result``) — a chord member still
+    joins its chord, whose Redis join keys carry the value to the body.
 
     The body is a plain function of the task's arguments; the registered task is bound (its request
     id is the :class:`TaskCall` id) and registered on ``app`` only. Arguments that do not fit the
@@ -256,6 +260,6 @@ def task(app: Celery, chain: Sequence[Middleware], name: str, policy: Policy
         run.rsi_policy = policy  # type: ignore[attr-defined]  # marks a wrapped task (tests)
         # shared=False: Celery would otherwise register the task on every app created later in the
         # process too, bound to this app's context (a hidden global; a second app's own task lost)
-        return app.task(name=name, bind=True, shared=False)(run)
+        return app.task(name=name, bind=True, shared=False, ignore_result=not keep_result)(run)
 
     return register

@@ -68,7 +68,7 @@ from rsi_worker.consolidate.flow import Member, Step
 from rsi_worker.consolidate.join import ready_step
 from rsi_worker.consolidate.waves import release_due, released, releases
 
-__all__ = ["MEMBER_TASKS", "STEP_TASKS", "CeleryDispatcher", "join_in_band", "register"]
+__all__ = ["MEMBER_TASKS", "STEP_TASKS", "CeleryDispatcher", "join_in_band", "register", "send"]
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,14 @@ _WIRE: Mapping[Member, Callable[[Any], Any]] = {"trials": lambda slot: slot.to_j
 """A member's item as a JSON task argument."""
 
 
+def send(app: Celery, task: str, args: list[Any], queue: str) -> Any:
+    """``app.send_task`` of ``task``; for a task that stores no result (``ignore_result``) the sender
+    does not subscribe to its result either (one ``SUBSCRIBE`` per message saved)."""
+    registered = getattr(app, "tasks", {}).get(task)  # an app-like sender without a registry: as sent
+    quiet = registered is not None and bool(registered.ignore_result)
+    return app.send_task(task, args=args, queue=queue, **({"ignore_result": True} if quiet else {}))
+
+
 class CeleryDispatcher:
     """The :class:`~rsi_common.dispatch.Dispatcher` of code that runs inside a worker."""
 
@@ -93,7 +101,7 @@ class CeleryDispatcher:
         self.app = app
 
     def enqueue(self, task: str, args: list[Any], queue: str) -> str:
-        return str(self.app.send_task(task, args=args, queue=queue).id)
+        return str(send(self.app, task, args, queue).id)
 
 
 def _rerun(app: Celery, deps: Deps, lease: Lease | None) -> None:
@@ -114,7 +122,7 @@ def _dispatch(app: Celery, deps: Deps, nxt: Next) -> str:
         return "stop"
     run_id, body = nxt.ctx.run_id, STEP_TASKS[edge.then]
     if edge.members is None:
-        app.send_task(body, args=[[], run_id], queue=TASK_QUEUES[body])
+        send(app, body, [[], run_id], TASK_QUEUES[body])
         return edge.then
     member, wire = MEMBER_TASKS[edge.members], _WIRE[edge.members]
     header = [app.signature(member, args=(run_id, wire(item)), queue=TASK_QUEUES[member])
@@ -132,7 +140,7 @@ def join_in_band(app: Celery, deps: Deps, run_id: str) -> str | None:
         if step is None or not claim_dispatch(deps.coord.client, run_id, step, claim_ttl_s(deps.settings)):
             return None
         body = STEP_TASKS[step]
-        app.send_task(body, args=[None, run_id], queue=TASK_QUEUES[body])
+        send(app, body, [None, run_id], TASK_QUEUES[body])
         return step
     except Exception as exc:  # the chord, or the lease expiry and the sweeper, cover the run
         log.warning("run %s: in-band join skipped: %s", run_id, type(exc).__name__)

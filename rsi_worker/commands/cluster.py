@@ -199,7 +199,8 @@ def worker(
         child += (["-n", hostname] if hostname else []) + (["-l", loglevel] if loglevel else [])
         raise typer.Exit(run_supervised(child + list(ctx.args)))
     app_ = create_app(settings)
-    argv = [*_quiet(settings), "worker", "-Q", queues, "-c", str(concurrency), "-P", pool, "-l", level, "-E"]
+    argv = [*_quiet(settings), "worker", "-Q", queues, "-c", str(concurrency), "-P", pool, "-l", level,
+            *(["-E"] if settings.task_events else [])]
     if hostname:
         argv += ["-n", hostname]
     app_.worker_main(argv + list(ctx.args))

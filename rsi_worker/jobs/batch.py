@@ -229,7 +229,8 @@ class CeleryLauncher:
 
     def launch(self, lease: Lease) -> None:
         self.app.send_task(TASK_CONSOLIDATE, args=consolidate_args(lease),
-                           kwargs={"force": self.force, "kind": self.kind}, queue=QUEUE_CONSOLIDATE)
+                           kwargs={"force": self.force, "kind": self.kind}, queue=QUEUE_CONSOLIDATE,
+                           ignore_result=True)  # nobody waits on it: no result subscription
 
     def failure(self, agent_id: str) -> str | None:
         return None

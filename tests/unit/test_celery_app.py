@@ -55,7 +55,7 @@ def test_the_app_is_built_on_first_use_from_the_environment(module: Any,
     assert isinstance(app, Celery) and app is module.app is find_app(f"{MODULE}:app")
     assert app.conf.broker_url == "redis://127.0.0.1:1/0"
     assert set(app.amqp.queues) == set(QUEUES)  # `celery purge` and Flower's broker view
-    assert app.conf.task_send_sent_event and app.conf.worker_send_task_events
+    assert not app.conf.task_send_sent_event and not app.conf.worker_send_task_events  # RSI_TASK_EVENTS
     with pytest.raises(AttributeError):
         _ = module.application
 

@@ -166,7 +166,8 @@ def test_every_task_event_of_a_run_names_its_queue(tmp_path: Path, redis_srv: Re
     db_url = f"sqlite:///{tmp_path / 'rsi.db'}"
     stack = stack_for(tmp_path, db_url, redis_srv)
     io = corrected(stack)
-    with Capture(redis_srv.url) as capture, Cluster(tmp_path, db_url, redis_srv.url, n=1) as cluster:
+    with Capture(redis_srv.url) as capture, Cluster(tmp_path, db_url, redis_srv.url, n=1,
+                                                    env={"RSI_TASK_EVENTS": "true"}) as cluster:
         lease = stack.coord.try_begin("shop", io)
         assert lease is not None
         KombuDispatcher(redis_srv.url).enqueue(
