@@ -69,6 +69,7 @@ from rsi_worker.evolve.slots import SMOKE, SlotPool
 from rsi_worker.evolve.store import Store
 from rsi_worker.evolve.suite import Suite
 from rsi_worker.evolve.trials import TrialEnv, request_world, run_task
+from rsi_worker.evolve.writer import RoundWriter
 from rsi_worker.roles.analyst import View
 from rsi_worker.roles.digester import digest, report
 
@@ -351,6 +352,28 @@ class _Run:
         self._save_state(with_heldout(dict(self.state), held), None, {})
         self.env.phase(int(self.state["t"]) - 1, "heldout (at the run's end)", time.perf_counter() - t0)
 
+    def collect_heldout(self, before: Mapping[str, Any]) -> float | None:
+        """On the cluster, at the round's end: when the only trials the round deferred are the previous
+        winner's held-out ones and every one is stored already (sent at the round's start, they ran
+        beside its analysis and drafts), their figure, with nothing left pending — the step judges at
+        once instead of sealing the batch and running again. Else ``None``, the deferred trials as they
+        were (docs/algorithm/evolve.md#the-sealed-batch)."""
+        deferred = self.deferred
+        if not deferred or any(s["candidate"] != HELDOUT for s in deferred):
+            return None
+        stored = self.store.trial_keys(self.name, sorted({int(s["t"]) for s in deferred}))
+        if any(_key(s) not in stored for s in deferred):
+            return None
+        send, self.send, self.deferred = self.send, None, []
+        try:
+            held = self.pending_heldout(before)  # reads the stored rows; defers what must run again
+        finally:
+            self.send = send
+        if self.deferred:  # a missing trial to run again: the batch is sealed and joined as before
+            self.deferred = deferred
+            return None
+        return held
+
     def raise_pending(self) -> None:
         """On the cluster: raise :class:`Pending` when some evaluation deferred trials."""
         if self.deferred:
@@ -449,8 +472,10 @@ class _Run:
         t = int(self.state["t"])
         stored = self.store.round(self.name, t) or {}
         before = stored.get("before") or self.state
+        writer = RoundWriter()
         if not stored.get("before"):
-            self.store.set_round(self.name, t, before=plain(before))
+            snapshot = plain(before)
+            writer.put(lambda: self.store.set_round(self.name, t, before=snapshot))
         incumbent = materialize(before["incumbent"]) if before.get("incumbent") else h0()
         inc_ev = EvalResult.from_json(before["inc_ev"])
         # the previous winner's held-out evaluation runs beside this round (reporting only: no role
@@ -464,10 +489,10 @@ class _Run:
                 self.env.phase(t, "heldout (previous winner, beside this round)", time.perf_counter() - t0)
             return held
 
-        with self.slots():  # every trial of the round (smoke, candidates, held-out) shares them
+        with writer, self.slots():  # every trial of the round (smoke, candidates, held-out) shares them
             held_future = owed.submit(heldout_beside)
             try:
-                return self._round(t, stored, before, incumbent, inc_ev, held_future)
+                return self._round(t, stored, before, incumbent, inc_ev, held_future, writer)
             finally:
                 owed.shutdown(wait=True)
                 self.pool = None
@@ -481,6 +506,7 @@ class _Run:
         incumbent: Harness,
         inc_ev: EvalResult,
         held_future: Future[float | None],
+        writer: RoundWriter,
     ) -> str:
         setup = self.round_setup(before, incumbent)
         views = self.views(before, inc_ev)
@@ -488,7 +514,8 @@ class _Run:
         if analysis is None:
             t_an = time.perf_counter()
             analysis = self.analyze(views)
-            self.store.set_round(self.name, t, analysis=plain(analysis), directives=plain(setup))
+            an_json, setup_json = plain(analysis), plain(setup)
+            writer.put(lambda: self.store.set_round(self.name, t, analysis=an_json, directives=setup_json))
             self.env.phase(t, "analysis", time.perf_counter() - t_an)
         drafts: dict[str, Any] = dict(stored.get("drafts") or {})
         p, mode = self.config.params, self.config.mode_config
@@ -516,6 +543,13 @@ class _Run:
         if missing:  # the screen's view of the round, built once beside the proposers' first calls
             dctx = dataclasses.replace(dctx, gate=gate_pool.submit(round_gate, dctx).result)
 
+        written: dict[str, Future[None]] = {}
+
+        def store_drafts() -> Future[None]:
+            """Queue the drafts as they are now (call under ``lock``: snapshots are written in order)."""
+            snapshot = dict(sorted(drafts.items()))
+            return writer.put(lambda: self.store.set_round(self.name, t, drafts=snapshot))
+
         def draft_one(item: tuple[int, str]) -> None:
             i, v = item
             proposer = self.env.client(self.config, "proposer")
@@ -525,7 +559,7 @@ class _Run:
             self.env.count("critic", critic)
             with lock:
                 drafts[v] = plain(draft)
-                self.store.set_round(self.name, t, drafts=dict(sorted(drafts.items())))
+                written[v] = store_drafts()
 
         stop = (
             StopContext(S_star, delta, S_t, p.invalid_missing_frac, mode.hopeless_rule)
@@ -536,6 +570,8 @@ class _Run:
         def candidate(v: str) -> Candidate:
             d = drafts[v]
             edits = tuple(Edit.from_json(e) for e in d.get("edits") or [])
+            if d.get("gate") is None and v in written:  # no trial row before the draft it measures
+                written[v].result()
             if d.get("gate") is None and "smoke" not in d:
                 t_smoke = time.perf_counter()
                 smoke = self.smoke(t, v, materialize(d["payload"]))
@@ -544,7 +580,7 @@ class _Run:
                     d["smoke"] = smoke
                     if not smoke["ok"]:
                         d["gate"], d["detail"] = "smoke_fail", smoke["detail"]
-                    self.store.set_round(self.name, t, drafts=dict(sorted(drafts.items())))
+                    store_drafts()
                 self.env.phase(t, f"smoke {v}", t_stored - t_smoke)
                 self.env.phase(t, f"smoke stored {v}", time.perf_counter() - t_stored)
             if d.get("gate") is not None:
@@ -577,6 +613,9 @@ class _Run:
             gate_pool.shutdown(wait=True)
         self.env.phase(t, "candidates", time.perf_counter() - t_cands)
         held = held_future.result()
+        writer.flush()  # every write of the round before its judgement's transaction
+        if held is None and self.deferred:
+            held = self.collect_heldout(before)
         self.raise_pending()
         counts = accepted_counts(records, before_t=t)
         winner, decisions = judge(self.config, p, cands, inc_ev, S_star, delta, counts, setup["enabled"])
@@ -646,6 +685,12 @@ def with_heldout(state: dict[str, Any], held: float | None) -> dict[str, Any]:
         entry = {"t": int(pending["t"]), "version": str(pending["version"]), "S": held}
         state["heldout"] = [*state.get("heldout", []), entry]
     return state
+
+
+def _key(spec: Mapping[str, Any]) -> tuple[int, str, str, int, int]:
+    """A deferred trial's row key ``(t, candidate, task, trial, attempt)``."""
+    t, trial, attempt = int(spec["t"]), int(spec["trial"]), int(spec["attempt"])
+    return (t, str(spec["candidate"]), str(spec["task"]), trial, attempt)
 
 
 def _each(fn: Callable[[T], R], items: Sequence[T], parallel: int) -> list[R]:

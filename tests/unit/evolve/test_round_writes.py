@@ -1,0 +1,76 @@
+"""The round's writes off its critical path and the held-out figure collected by its own step
+(docs/algorithm/evolve.md#the-rounds-writes; rsi_worker/evolve/writer.py, engine.collect_heldout)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rsi_worker.evolve.engine import run_inline, run_step, run_trial_spec
+from rsi_worker.evolve.writer import RoundWriter
+
+
+def test_the_writer_applies_writes_in_order_and_raises_at_flush() -> None:
+    done: list[int] = []
+    with RoundWriter() as writer:
+        futures = [writer.put(lambda i=i: done.append(i)) for i in range(50)]
+        futures[10].result()
+        assert done[:11] == list(range(11))  # a write's future ends after every write put before it
+        writer.flush()
+        assert done == list(range(50))
+
+        def boom() -> None:
+            raise RuntimeError("disk full")
+
+        writer.put(boom)
+        writer.put(lambda: done.append(50))
+        with pytest.raises(RuntimeError, match="disk full"):
+            writer.flush()
+    assert done[-1] == 50  # the writes after a failed one still ran, in order
+
+
+def _cluster(stack: Any, name: str, run_early: bool) -> list[tuple[int, str, list[str]]]:
+    """Drive ``name`` as the cluster does, its trials run by the send itself when ``run_early`` (lanes that
+    finish beside the step) or after the step returned; ``(t of the state it ran on, status, candidates
+    deferred)`` per step."""
+    steps: list[tuple[int, str, list[str]]] = []
+
+    def send(specs: list[dict[str, Any]]) -> None:
+        if run_early:
+            for spec in specs:
+                run_trial_spec(stack.env, name, spec)
+
+    for _ in range(20):
+        before = stack.store.run(name)[4]
+        out = run_step(stack.env, name, send=send)
+        deferred = sorted({str(s["candidate"]) for s in out.pending})
+        steps.append((int(before["t"]) if before else -1, out.status, deferred))
+        for spec in out.pending:
+            run_trial_spec(stack.env, name, spec)  # a stored slot is found, never run twice
+        if out.status not in ("pending", "running"):
+            break
+    return steps
+
+
+@pytest.mark.parametrize("run_early", [True, False])
+def test_a_round_whose_held_out_trials_ran_beside_it_is_judged_in_one_step(
+    stack: Any, run_early: bool
+) -> None:
+    ref = stack.create("ref", params={"T": 2})
+    assert run_inline(stack.env, ref).status == "done"
+    name = stack.create("r", params={"T": 2})
+    stack.store.set_run(name, status="running")
+    steps = _cluster(stack, name, run_early)
+    # round 1 owes round 0's winner's held-out figure: its trials go out at the round's start
+    round1 = [s for s in steps if s[0] == 1]
+    if run_early:  # stored before the step's end: the step judges at once, nothing pending
+        assert round1 == [(1, "running", [])]
+    else:  # not stored yet: the batch goes as before, the next step judges
+        assert round1 == [(1, "pending", ["heldout"]), (1, "running", [])]
+    ran, inline = stack.store.run(name)[4], stack.store.run(ref)[4]
+    assert steps[-1][1] == "done" and "heldout_pending" not in ran
+    assert ran["heldout"] == inline["heldout"] and ran["records"] == inline["records"]
+    rows = stack.store.trials(name)
+    keys = [(r["t"], r["candidate"], r["world_id"], r["trial"], r["attempt"]) for r in rows]
+    assert len(keys) == len(set(keys))  # no trial stored twice
