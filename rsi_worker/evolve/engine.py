@@ -509,16 +509,19 @@ class _Run:
         writer: RoundWriter,
     ) -> str:
         setup = self.round_setup(before, incumbent)
-        views = self.views(before, inc_ev)
         analysis = stored.get("analysis")
+        drafts: dict[str, Any] = dict(stored.get("drafts") or {})
+        p, mode = self.config.params, self.config.mode_config
+        missing = [(i, v) for i, v in enumerate("ABCDEFGH"[: p.m]) if v not in drafts]
+        # the views feed the analysis and the drafts only: a step that finds both stored (the judging
+        # step after a batch) does not read the incumbent's trials again
+        views = self.views(before, inc_ev) if analysis is None or missing else []
         if analysis is None:
             t_an = time.perf_counter()
             analysis = self.analyze(views)
             an_json, setup_json = plain(analysis), plain(setup)
             writer.put(lambda: self.store.set_round(self.name, t, analysis=an_json, directives=setup_json))
             self.env.phase(t, "analysis", time.perf_counter() - t_an)
-        drafts: dict[str, Any] = dict(stored.get("drafts") or {})
-        p, mode = self.config.params, self.config.mode_config
         delta, S_star, S_t = float(before["delta"]), float(before["S_star"]), float(before["S_t"])
         records = [EditRecord.from_json(r) for r in before.get("records", [])]
         dctx = DraftContext(
@@ -537,7 +540,6 @@ class _Run:
             views=views,
             worlds=[v.world for v in views],
         )
-        missing = [(i, v) for i, v in enumerate("ABCDEFGH"[: p.m]) if v not in drafts]
         lock = threading.Lock()
         gate_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rsi-gate")
         if missing:  # the screen's view of the round, built once beside the proposers' first calls
@@ -807,8 +809,9 @@ def run_trial_spec(
     """One deferred trial on the cluster: skipped when its candidate's early stop already holds over
     the stored rows (cooperative early stop), else run and stored under its key (a second delivery
     finds the row and stores nothing). The run's suite and the draft's harness come from this process's
-    memo (:mod:`rsi_worker.evolve.memo`): a trial reads its candidate's rows and writes its own, two
-    statements, when the memo holds them. ``marks`` gets the wall clock (``time.time()``) after the
+    memo (:mod:`rsi_worker.evolve.memo`): a trial reads its candidate's rows (with an early stop; else
+    its own slot's status only, not the rows' JSON) and writes its own, two statements, when the memo
+    holds them. ``marks`` gets the wall clock (``time.time()``) after the
     read (``read``), the trial (``ran``) and its row (``saved``) — the bench's timeline."""
     marks = {} if marks is None else marks
     key = spec.get("suite_key")
@@ -821,12 +824,20 @@ def run_trial_spec(
         int(spec["attempt"]),
     )
     brief = {"candidate": cand, "task": task, "trial": trial, "attempt": attempt}
-    rows = env.store.trials(name, t, cand)
+    stop = bool(spec.get("stop")) and attempt == 0
+    # the candidate's rows feed the early stop only; without one, the slot's own status is enough (the
+    # rows' JSON — their replays — is not decoded on every trial of a held-out or paper-mode evaluation)
+    rows = env.store.trials(name, t, cand) if stop else []
+    slot = (task, trial, attempt)
+    own = (
+        [r["status"] for r in rows if (r["world_id"], r["trial"], r["attempt"]) == slot]
+        if stop
+        else env.store.trial_status(name, t, cand, task, trial, attempt)
+    )
     marks["read"] = time.time()
-    stored = [r for r in rows if r["world_id"] == task and r["trial"] == trial and r["attempt"] == attempt]
-    if stored:
-        return {**brief, "status": stored[0]["status"], "stored": True}
-    if spec.get("stop") and attempt == 0:
+    if own:
+        return {**brief, "status": own[0], "stored": True}
+    if stop:
         S_star, delta, S_t = (float(x) for x in spec["stop"])
         ids = static.heldout_ids if spec.get("split") == "heldout" else static.evolve_ids
         job = EvalJob(name, t, cand, tuple(ids), static.checks, int(spec["k"]), static.config.seed)

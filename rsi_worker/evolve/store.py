@@ -211,6 +211,24 @@ class Store:
         with self._read() as s:
             return [row_json(r) for r in db.evolve_trials(s, name, t, candidate)]
 
+    def trial_status(
+        self, name: str, t: int, candidate: str, task_id: str, trial: int, attempt: int
+    ) -> list[str]:
+        """The status of one slot's stored row (``[]`` when it has none); the row's JSON is not read."""
+        T = db.EvolveTrialRow
+        with self._read() as s:
+            found = s.execute(
+                sa.select(T.status).where(
+                    T.evolve == name,
+                    T.t == t,
+                    T.candidate == candidate,
+                    T.task_id == task_id,
+                    T.trial == trial,
+                    T.attempt == attempt,
+                )
+            )
+            return [str(x) for x in found.scalars()]
+
     def trial_keys(self, name: str, ts: Sequence[int]) -> set[tuple[int, str, str, int, int]]:
         """The ``(t, candidate, task, trial, attempt)`` keys of the run's stored trials of rounds ``ts``
         (the key columns only: the in-band join's check, :mod:`rsi_worker.evolve.join`)."""
