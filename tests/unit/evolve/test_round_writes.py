@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from rsi_worker.evolve.engine import run_inline, run_step, run_trial_spec
+from rsi_worker.evolve.slots import SlotPool
 from rsi_worker.evolve.writer import RoundWriter
 
 
@@ -28,6 +29,17 @@ def test_the_writer_applies_writes_in_order_and_raises_at_flush() -> None:
         with pytest.raises(RuntimeError, match="disk full"):
             writer.flush()
     assert done[-1] == 50  # the writes after a failed one still ran, in order
+
+
+def test_the_slots_start_their_threads_as_jobs_arrive() -> None:
+    with SlotPool(8) as idle:
+        pass
+    assert idle._threads == []  # a step that runs no trial starts no thread
+    with SlotPool(8) as pool:
+        assert pool.map(lambda x: x + 1, [1]) == [2]
+        assert len(pool._threads) == 1  # one job, one thread
+        assert sorted(pool.map(lambda x: x, list(range(20)))) == list(range(20))
+        assert 1 <= len(pool._threads) <= 8
 
 
 def _cluster(stack: Any, name: str, run_early: bool) -> list[tuple[int, str, list[str]]]:
