@@ -28,8 +28,8 @@ R = TypeVar("R")
 
 
 class SlotPool:
-    """Up to ``size`` worker threads (started as jobs arrive) taking jobs by ``(priority, submission order)``. Use as a context manager:
-    leaving it waits for every submitted job."""
+    """Up to ``size`` worker threads (started as jobs arrive) taking jobs by ``(priority, submission
+    order)``. Use as a context manager: leaving it waits for every submitted job."""
 
     def __init__(self, size: int, name: str = "rsi-trial") -> None:
         if size < 1:
