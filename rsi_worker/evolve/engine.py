@@ -548,8 +548,9 @@ class _Run:
         written: dict[str, Future[None]] = {}
 
         def store_drafts() -> Future[None]:
-            """Queue the drafts as they are now (call under ``lock``: snapshots are written in order)."""
-            snapshot = dict(sorted(drafts.items()))
+            """Queue the drafts as they are now (call under ``lock``: snapshots are written in order). Each
+            draft is copied: a smoke sets its keys while an earlier snapshot may still be written."""
+            snapshot = {v: dict(d) for v, d in sorted(drafts.items())}
             return writer.put(lambda: self.store.set_round(self.name, t, drafts=snapshot))
 
         def draft_one(item: tuple[int, str]) -> None:
