@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from rsi_common.errors import InvalidInput
 from rsi_worker.evolve.engine import run_inline, run_step, run_trial_spec
 from rsi_worker.evolve.slots import SlotPool
 from rsi_worker.evolve.writer import RoundWriter
@@ -86,3 +87,22 @@ def test_a_round_whose_held_out_trials_ran_beside_it_is_judged_in_one_step(
     rows = stack.store.trials(name)
     keys = [(r["t"], r["candidate"], r["world_id"], r["trial"], r["attempt"]) for r in rows]
     assert len(keys) == len(set(keys))  # no trial stored twice
+
+
+def test_the_store_updates_a_round_and_a_run_without_loading_them_and_refuses_unknowns(stack: Any) -> None:
+    name = stack.create("r")
+    stack.store.set_round(name, 0, before={"t": 0})
+    stack.store.set_round(name, 0, analysis={"digests": []})  # only the given field changes
+    stack.store.set_round(name, 1)  # an empty round row
+    stack.store.set_run(name, status="running", state={"t": 1}, round_t=0, round_fields={"decision": {}})
+    r0, r1 = stack.store.round(name, 0), stack.store.round(name, 1)
+    assert (r0["before"], r0["analysis"], r0["decision"]) == ({"t": 0}, {"digests": []}, {})
+    assert r0["drafts"] is None
+    assert r1 is not None and r1["before"] is None
+    assert stack.store.run(name)[2] == "running" and stack.store.run(name)[4] == {"t": 1}
+    with pytest.raises(InvalidInput, match="unknown evolve run 'nope'"):
+        stack.store.set_run("nope", status="done", round_t=5, round_fields={"before": {}})
+    with pytest.raises(InvalidInput, match="unknown field"):
+        stack.store.set_run(name, status="done", round_t=0, round_fields={"colour": 1})
+    assert stack.store.run(name)[2] == "running"  # nothing of a refused write is stored
+    assert stack.store.round(name, 5) is None
