@@ -69,6 +69,7 @@ from rsi_worker.evolve.slots import SMOKE, SlotPool
 from rsi_worker.evolve.store import Store
 from rsi_worker.evolve.suite import Suite
 from rsi_worker.evolve.trials import TrialEnv, request_world, run_task
+from rsi_worker.evolve.writer import RoundWriter
 from rsi_worker.roles.analyst import View
 from rsi_worker.roles.digester import digest, report
 
@@ -351,6 +352,28 @@ class _Run:
         self._save_state(with_heldout(dict(self.state), held), None, {})
         self.env.phase(int(self.state["t"]) - 1, "heldout (at the run's end)", time.perf_counter() - t0)
 
+    def collect_heldout(self, before: Mapping[str, Any]) -> float | None:
+        """On the cluster, at the round's end: when the only trials the round deferred are the previous
+        winner's held-out ones and every one is stored already (sent at the round's start, they ran
+        beside its analysis and drafts), their figure, with nothing left pending — the step judges at
+        once instead of sealing the batch and running again. Else ``None``, the deferred trials as they
+        were (docs/algorithm/evolve.md#the-sealed-batch)."""
+        deferred = self.deferred
+        if not deferred or any(s["candidate"] != HELDOUT for s in deferred):
+            return None
+        stored = self.store.trial_keys(self.name, sorted({int(s["t"]) for s in deferred}))
+        if any(_key(s) not in stored for s in deferred):
+            return None
+        send, self.send, self.deferred = self.send, None, []
+        try:
+            held = self.pending_heldout(before)  # reads the stored rows; defers what must run again
+        finally:
+            self.send = send
+        if self.deferred:  # a missing trial to run again: the batch is sealed and joined as before
+            self.deferred = deferred
+            return None
+        return held
+
     def raise_pending(self) -> None:
         """On the cluster: raise :class:`Pending` when some evaluation deferred trials."""
         if self.deferred:
@@ -449,8 +472,10 @@ class _Run:
         t = int(self.state["t"])
         stored = self.store.round(self.name, t) or {}
         before = stored.get("before") or self.state
+        writer = RoundWriter()
         if not stored.get("before"):
-            self.store.set_round(self.name, t, before=plain(before))
+            snapshot = plain(before)
+            writer.put(lambda: self.store.set_round(self.name, t, before=snapshot))
         incumbent = materialize(before["incumbent"]) if before.get("incumbent") else h0()
         inc_ev = EvalResult.from_json(before["inc_ev"])
         # the previous winner's held-out evaluation runs beside this round (reporting only: no role
@@ -464,10 +489,10 @@ class _Run:
                 self.env.phase(t, "heldout (previous winner, beside this round)", time.perf_counter() - t0)
             return held
 
-        with self.slots():  # every trial of the round (smoke, candidates, held-out) shares them
+        with writer, self.slots():  # every trial of the round (smoke, candidates, held-out) shares them
             held_future = owed.submit(heldout_beside)
             try:
-                return self._round(t, stored, before, incumbent, inc_ev, held_future)
+                return self._round(t, stored, before, incumbent, inc_ev, held_future, writer)
             finally:
                 owed.shutdown(wait=True)
                 self.pool = None
@@ -481,17 +506,22 @@ class _Run:
         incumbent: Harness,
         inc_ev: EvalResult,
         held_future: Future[float | None],
+        writer: RoundWriter,
     ) -> str:
         setup = self.round_setup(before, incumbent)
-        views = self.views(before, inc_ev)
         analysis = stored.get("analysis")
+        drafts: dict[str, Any] = dict(stored.get("drafts") or {})
+        p, mode = self.config.params, self.config.mode_config
+        missing = [(i, v) for i, v in enumerate("ABCDEFGH"[: p.m]) if v not in drafts]
+        # the views feed the analysis and the drafts only: a step that finds both stored (the judging
+        # step after a batch) does not read the incumbent's trials again
+        views = self.views(before, inc_ev) if analysis is None or missing else []
         if analysis is None:
             t_an = time.perf_counter()
             analysis = self.analyze(views)
-            self.store.set_round(self.name, t, analysis=plain(analysis), directives=plain(setup))
+            an_json, setup_json = plain(analysis), plain(setup)
+            writer.put(lambda: self.store.set_round(self.name, t, analysis=an_json, directives=setup_json))
             self.env.phase(t, "analysis", time.perf_counter() - t_an)
-        drafts: dict[str, Any] = dict(stored.get("drafts") or {})
-        p, mode = self.config.params, self.config.mode_config
         delta, S_star, S_t = float(before["delta"]), float(before["S_star"]), float(before["S_t"])
         records = [EditRecord.from_json(r) for r in before.get("records", [])]
         dctx = DraftContext(
@@ -510,11 +540,18 @@ class _Run:
             views=views,
             worlds=[v.world for v in views],
         )
-        missing = [(i, v) for i, v in enumerate("ABCDEFGH"[: p.m]) if v not in drafts]
         lock = threading.Lock()
         gate_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rsi-gate")
         if missing:  # the screen's view of the round, built once beside the proposers' first calls
             dctx = dataclasses.replace(dctx, gate=gate_pool.submit(round_gate, dctx).result)
+
+        written: dict[str, Future[None]] = {}
+
+        def store_drafts() -> Future[None]:
+            """Queue the drafts as they are now (call under ``lock``: snapshots are written in order). Each
+            draft is copied: a smoke sets its keys while an earlier snapshot may still be written."""
+            snapshot = {v: dict(d) for v, d in sorted(drafts.items())}
+            return writer.put(lambda: self.store.set_round(self.name, t, drafts=snapshot))
 
         def draft_one(item: tuple[int, str]) -> None:
             i, v = item
@@ -525,7 +562,7 @@ class _Run:
             self.env.count("critic", critic)
             with lock:
                 drafts[v] = plain(draft)
-                self.store.set_round(self.name, t, drafts=dict(sorted(drafts.items())))
+                written[v] = store_drafts()
 
         stop = (
             StopContext(S_star, delta, S_t, p.invalid_missing_frac, mode.hopeless_rule)
@@ -536,6 +573,8 @@ class _Run:
         def candidate(v: str) -> Candidate:
             d = drafts[v]
             edits = tuple(Edit.from_json(e) for e in d.get("edits") or [])
+            if d.get("gate") is None and v in written:  # no trial row before the draft it measures
+                written[v].result()
             if d.get("gate") is None and "smoke" not in d:
                 t_smoke = time.perf_counter()
                 smoke = self.smoke(t, v, materialize(d["payload"]))
@@ -544,7 +583,7 @@ class _Run:
                     d["smoke"] = smoke
                     if not smoke["ok"]:
                         d["gate"], d["detail"] = "smoke_fail", smoke["detail"]
-                    self.store.set_round(self.name, t, drafts=dict(sorted(drafts.items())))
+                    store_drafts()
                 self.env.phase(t, f"smoke {v}", t_stored - t_smoke)
                 self.env.phase(t, f"smoke stored {v}", time.perf_counter() - t_stored)
             if d.get("gate") is not None:
@@ -577,6 +616,9 @@ class _Run:
             gate_pool.shutdown(wait=True)
         self.env.phase(t, "candidates", time.perf_counter() - t_cands)
         held = held_future.result()
+        writer.flush()  # every write of the round before its judgement's transaction
+        if held is None and self.deferred:
+            held = self.collect_heldout(before)
         self.raise_pending()
         counts = accepted_counts(records, before_t=t)
         winner, decisions = judge(self.config, p, cands, inc_ev, S_star, delta, counts, setup["enabled"])
@@ -646,6 +688,12 @@ def with_heldout(state: dict[str, Any], held: float | None) -> dict[str, Any]:
         entry = {"t": int(pending["t"]), "version": str(pending["version"]), "S": held}
         state["heldout"] = [*state.get("heldout", []), entry]
     return state
+
+
+def _key(spec: Mapping[str, Any]) -> tuple[int, str, str, int, int]:
+    """A deferred trial's row key ``(t, candidate, task, trial, attempt)``."""
+    t, trial, attempt = int(spec["t"]), int(spec["trial"]), int(spec["attempt"])
+    return (t, str(spec["candidate"]), str(spec["task"]), trial, attempt)
 
 
 def _each(fn: Callable[[T], R], items: Sequence[T], parallel: int) -> list[R]:
@@ -762,8 +810,9 @@ def run_trial_spec(
     """One deferred trial on the cluster: skipped when its candidate's early stop already holds over
     the stored rows (cooperative early stop), else run and stored under its key (a second delivery
     finds the row and stores nothing). The run's suite and the draft's harness come from this process's
-    memo (:mod:`rsi_worker.evolve.memo`): a trial reads its candidate's rows and writes its own, two
-    statements, when the memo holds them. ``marks`` gets the wall clock (``time.time()``) after the
+    memo (:mod:`rsi_worker.evolve.memo`): a trial reads its candidate's rows (with an early stop; else
+    its own slot's status only, not the rows' JSON) and writes its own, two statements, when the memo
+    holds them. ``marks`` gets the wall clock (``time.time()``) after the
     read (``read``), the trial (``ran``) and its row (``saved``) — the bench's timeline."""
     marks = {} if marks is None else marks
     key = spec.get("suite_key")
@@ -776,12 +825,20 @@ def run_trial_spec(
         int(spec["attempt"]),
     )
     brief = {"candidate": cand, "task": task, "trial": trial, "attempt": attempt}
-    rows = env.store.trials(name, t, cand)
+    stop = bool(spec.get("stop")) and attempt == 0
+    # the candidate's rows feed the early stop only; without one, the slot's own status is enough (the
+    # rows' JSON — their replays — is not decoded on every trial of a held-out or paper-mode evaluation)
+    rows = env.store.trials(name, t, cand) if stop else []
+    slot = (task, trial, attempt)
+    own = (
+        [r["status"] for r in rows if (r["world_id"], r["trial"], r["attempt"]) == slot]
+        if stop
+        else env.store.trial_status(name, t, cand, task, trial, attempt)
+    )
     marks["read"] = time.time()
-    stored = [r for r in rows if r["world_id"] == task and r["trial"] == trial and r["attempt"] == attempt]
-    if stored:
-        return {**brief, "status": stored[0]["status"], "stored": True}
-    if spec.get("stop") and attempt == 0:
+    if own:
+        return {**brief, "status": own[0], "stored": True}
+    if stop:
         S_star, delta, S_t = (float(x) for x in spec["stop"])
         ids = static.heldout_ids if spec.get("split") == "heldout" else static.evolve_ids
         job = EvalJob(name, t, cand, tuple(ids), static.checks, int(spec["k"]), static.config.seed)

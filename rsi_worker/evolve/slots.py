@@ -28,8 +28,8 @@ R = TypeVar("R")
 
 
 class SlotPool:
-    """``size`` worker threads taking jobs by ``(priority, submission order)``. Use as a context manager:
-    leaving it waits for every submitted job."""
+    """Up to ``size`` worker threads (started as jobs arrive) taking jobs by ``(priority, submission
+    order)``. Use as a context manager: leaving it waits for every submitted job."""
 
     def __init__(self, size: int, name: str = "rsi-trial") -> None:
         if size < 1:
@@ -39,11 +39,11 @@ class SlotPool:
         self._seq = itertools.count()
         self._cv = threading.Condition()
         self._closed = False
-        self._threads = [
-            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(size)
-        ]
-        for th in self._threads:
-            th.start()
+        self._name = name
+        self._idle = 0
+        self._threads: list[threading.Thread] = []
+        """Started as jobs arrive (a job finding no idle thread starts one, up to ``size``): a round
+        that runs no trial (its step judging stored rows) starts none."""
 
     def submit(self, fn: Callable[[], R], priority: int = TRIAL) -> Future[R]:
         """Run ``fn`` on the next free slot; its result or exception arrives in the returned future."""
@@ -61,7 +61,13 @@ class SlotPool:
             if self._closed:
                 raise RuntimeError("slot pool closed")
             heapq.heappush(self._heap, (priority, next(self._seq), job))
-            self._cv.notify()
+            if self._idle < len(self._heap) and len(self._threads) < self.size:
+                name = f"{self._name}-{len(self._threads)}"
+                th = threading.Thread(target=self._work, name=name, daemon=True)
+                self._threads.append(th)
+                th.start()
+            else:
+                self._cv.notify()
         return fut
 
     def map(self, fn: Callable[[Any], R], items: list[Any], priority: int = TRIAL) -> list[R]:
@@ -73,7 +79,9 @@ class SlotPool:
         while True:
             with self._cv:
                 while not self._heap and not self._closed:
+                    self._idle += 1
                     self._cv.wait()
+                    self._idle -= 1
                 if not self._heap:
                     return
                 _, _, job = heapq.heappop(self._heap)
@@ -84,7 +92,8 @@ class SlotPool:
         with self._cv:
             self._closed = True
             self._cv.notify_all()
-        for th in self._threads:
+            threads = list(self._threads)
+        for th in threads:
             th.join()
 
     def __enter__(self) -> SlotPool:

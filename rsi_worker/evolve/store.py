@@ -125,19 +125,24 @@ class Store:
         round_t: int | None = None,
         round_fields: Mapping[str, Any] | None = None,
     ) -> None:
-        """Update the run row (and, in the same transaction, round ``round_t``'s fields)."""
+        """Update the run row (and, in the same transaction, round ``round_t``'s fields). Both are
+        ``UPDATE`` statements that never load the rows (their JSON columns: the state, the round's analysis
+        and drafts) — on the round's path, see docs/algorithm/evolve.md#the-rounds-writes."""
+        values: dict[str, Any] = {"name": name}
+        if status is not None:
+            values["status"] = status
+        if state is not None:
+            values["state"] = dict(state)
+        if stop_requested is not None:
+            values["stop_requested"] = stop_requested
+        E = db.EvolveRow
         with self.sessions.begin() as s:
-            row = db.get_evolve(s, name, for_update=True)
-            if row is None:
+            stmt = sa.update(E).where(E.name == name).values(**values)
+            done = s.execute(stmt.execution_options(synchronize_session=False))
+            if not getattr(done, "rowcount", 0):
                 raise InvalidInput(f"unknown evolve run {name!r}")
-            if status is not None:
-                row.status = status
-            if state is not None:
-                row.state = dict(state)
-            if stop_requested is not None:
-                row.stop_requested = stop_requested
             if round_t is not None:
-                db.upsert_evolve_round(s, name, round_t, **dict(round_fields or {}))
+                _set_round(s, name, round_t, dict(round_fields or {}))
 
     def round(self, name: str, t: int) -> dict[str, Any] | None:
         with self._read() as s:
@@ -168,8 +173,10 @@ class Store:
             ]
 
     def set_round(self, name: str, t: int, **fields: Any) -> None:
+        """Create round ``t`` or set the given fields on it (``before``, ``analysis``, ``directives``,
+        ``drafts``, ``decision``), without loading the row."""
         with self.sessions.begin() as s:
-            db.upsert_evolve_round(s, name, t, **fields)
+            _set_round(s, name, t, fields)
 
     # --- trials ---------------------------------------------------------------------------------
 
@@ -204,6 +211,24 @@ class Store:
         with self._read() as s:
             return [row_json(r) for r in db.evolve_trials(s, name, t, candidate)]
 
+    def trial_status(
+        self, name: str, t: int, candidate: str, task_id: str, trial: int, attempt: int
+    ) -> list[str]:
+        """The status of one slot's stored row (``[]`` when it has none); the row's JSON is not read."""
+        T = db.EvolveTrialRow
+        with self._read() as s:
+            found = s.execute(
+                sa.select(T.status).where(
+                    T.evolve == name,
+                    T.t == t,
+                    T.candidate == candidate,
+                    T.task_id == task_id,
+                    T.trial == trial,
+                    T.attempt == attempt,
+                )
+            )
+            return [str(x) for x in found.scalars()]
+
     def trial_keys(self, name: str, ts: Sequence[int]) -> set[tuple[int, str, str, int, int]]:
         """The ``(t, candidate, task, trial, attempt)`` keys of the run's stored trials of rounds ``ts``
         (the key columns only: the in-band join's check, :mod:`rsi_worker.evolve.join`)."""
@@ -228,3 +253,22 @@ class Store:
                 )
             )
             return int(getattr(result, "rowcount", 0) or 0)
+
+
+ROUND_FIELDS = frozenset({"before", "analysis", "directives", "drafts", "decision"})
+
+
+def _set_round(s: Session, name: str, t: int, fields: Mapping[str, Any]) -> None:
+    """``UPDATE`` round ``t``'s ``fields``, or ``INSERT`` the round when it has no row yet."""
+    unknown = sorted(set(fields) - ROUND_FIELDS)
+    if unknown:
+        raise InvalidInput(f"evolve round: unknown field(s) {', '.join(unknown)}")
+    R = db.EvolveRoundRow
+    where = sa.and_(R.evolve == name, R.t == t)
+    if fields:
+        stmt = sa.update(R).where(where).values(**fields).execution_options(synchronize_session=False)
+        if getattr(s.execute(stmt), "rowcount", 0):
+            return
+    elif s.execute(sa.select(R.id).where(where)).first():
+        return
+    s.execute(sa.insert(R).values(evolve=name, t=t, **fields))
