@@ -1,7 +1,8 @@
 """The noise band δ (RRSI Eq.5; docs/algorithm/formulas.md §2.9): bootstrap and repeated base evaluations.
 
 Bit-equal results require Python's Mersenne Twister and ``randrange``, the draw order below, and
-the left-to-right sums; do not vectorise.
+the left-to-right sums; do not vectorise. The bootstrap takes its ``randrange`` draws in bulk
+(:mod:`rsi_common.math.draws`: the same indices in the same order) when the interpreter allows it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 
 from rsi_common.errors import InvalidInput
 from rsi_common.math import _validate as v
+from rsi_common.math import draws
 from rsi_common.math.estimator import aggregate
 from rsi_common.math.reports import Calibration
 from rsi_common.math.values import EvalResult, TaskResult, Token
@@ -45,6 +47,9 @@ def bootstrap_se(ev: EvalResult, reps: int = DEFAULT_REPS, rng: random.Random | 
     v.integer("reps", reps, 0)
     gen = random.Random(seed) if rng is None else rng
     tasks = [(tr.rewards, tr.weight_list(), len(tr.rewards)) for tr in ev.per_task.values() if tr.rewards]
+    if type(gen) is random.Random and all(n < 2**32 for *_, n in tasks) and draws.available():
+        bulk = _replicates_in_bulk(gen, tasks, reps)
+        return statistics.pstdev(bulk) if reps >= 2 else 0.0
     replicates: list[float] = []
     for _ in range(reps):
         num = 0.0
@@ -56,6 +61,35 @@ def bootstrap_se(ev: EvalResult, reps: int = DEFAULT_REPS, rng: random.Random | 
                 den += weights[i]
         replicates.append(num / den if den else 0.0)
     return statistics.pstdev(replicates) if reps >= 2 else 0.0
+
+
+def _replicates_in_bulk(gen: random.Random, tasks: Sequence[tuple[Sequence[float], Sequence[float], int]],
+                        reps: int) -> list[float]:
+    """:func:`bootstrap_se`'s replicates with the indices from :class:`~rsi_common.math.draws.Draws`:
+    the same draws, products and left-to-right sums, so the same floats; the generator ends where
+    ``randrange`` leaves it."""
+    bulk = draws.Draws(gen)
+    nxt = bulk.next
+    rejected = 0
+    order: list[tuple[int, int, list[tuple[float, float]]]] = []  # one entry per draw of a replicate
+    for rewards, weights, n in tasks:
+        order += [(n, 32 - n.bit_length(), [(r * w, w) for r, w in zip(rewards, weights, strict=False)])] * n
+    replicates: list[float] = []
+    for _ in range(reps):
+        num = 0.0
+        den = 0.0
+        for n, shift, terms in order:
+            i = nxt() >> shift
+            while i >= n:
+                rejected += 1
+                i = nxt() >> shift
+            product, weight = terms[i]
+            num += product
+            den += weight
+        replicates.append(num / den if den else 0.0)
+    bulk.used = reps * len(order) + rejected
+    bulk.close()
+    return replicates
 
 
 def pooled(evals: Sequence[EvalResult]) -> EvalResult:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rsi_common.db import get_agent, replay_rows, set_run_params
@@ -171,13 +172,20 @@ def after_incumbent(deps: Deps, ctx: RoundContext) -> Next:
                 run_id=run_id,
             ),
         )
-    params = round_parameters(ctx, state, inc_ev, incumbent.manifest.enabled_kinds, deps, failing)
-    ctx.round = Round(IncumbentBrief.of(inc_ev, rows), inc_ev, params)
-    analyst = deps.role(ctx, "analyst")
-    ctx.analysis = analyze(analyst, views_of(ctx, worlds, rows, inc_ev), state.analysis,
+    kinds = incumbent.manifest.enabled_kinds
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rsi-round-params") as pool:
+        # δ's bootstrap (CPU, tens of ms) runs while the analyst's call waits for the model: off the
+        # run's critical chain (docs/performance/consolidation.md#a-runs-cost-counted); neither reads
+        # what the other computes
+        pending = pool.submit(round_parameters, ctx, state, inc_ev, kinds, deps, failing)
+        analyst = deps.role(ctx, "analyst")
+        analysis = analyze(analyst, views_of(ctx, worlds, rows, inc_ev), state.analysis,
                            focus=focus_line(ctx.refine))
-    ctx.usage["analyst"] = analyst.usage()
-    charge(deps, ctx.agent_id, usage_tokens({"analyst": ctx.usage["analyst"]}))
+        ctx.usage["analyst"] = analyst.usage()
+        charge(deps, ctx.agent_id, usage_tokens({"analyst": ctx.usage["analyst"]}))
+        params = pending.result()
+    ctx.round = Round(IncumbentBrief.of(inc_ev, rows), inc_ev, params)
+    ctx.analysis = analysis
     ctx.phase = "drafting"
     with deps.sessions() as session:
         set_run_params(session, run_id, ctx.to_json())

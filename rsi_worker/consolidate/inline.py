@@ -19,7 +19,7 @@ from rsi_worker.consolidate.context import Deps, RoundContext
 from rsi_worker.consolidate.opening import KIND_CONSOLIDATE
 from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.result import ConsolidationResult
-from rsi_worker.consolidate.waves import WaveGate, wave_size
+from rsi_worker.consolidate.waves import WaveGate, released, wave_size
 
 __all__ = ["NotOpened", "SerialExecutor", "ThreadExecutor", "TrialExecutor", "consolidate_inline", "run_once"]
 
@@ -65,7 +65,9 @@ def _fan_out(deps: Deps, edge: flow.Edge, ctx: RoundContext, items: Sequence[Any
     """Run an edge's members and, as soon as each returns, its follow-on members (a passed draft's
     trials) on the same pool: the shape of the cluster's draft chord (docs/architecture.md). A
     candidate's second wave is handed to the pool when its first wave releases it (``WaveGate``), so
-    it holds no thread while it waits."""
+    it holds no thread while it waits; every follow-on trial runs inside ``waves.released`` (the
+    driver decided its wave: it reads no bound in ``await_first_wave``;
+    docs/performance/consolidation.md#trial-order)."""
     run_id = ctx.run_id
     members = edge.members
     assert members is not None
@@ -76,7 +78,8 @@ def _fan_out(deps: Deps, edge: flow.Edge, ctx: RoundContext, items: Sequence[Any
 
     def follower(item: Any) -> dict[str, Any]:
         assert follow is not None
-        return flow.run_member(deps, follow, run_id, item)
+        with released():  # the driver holds the second wave back itself: no trial looks at the bound
+            return flow.run_member(deps, follow, run_id, item)
 
     if follow is None:
         executor.map(member, items)
