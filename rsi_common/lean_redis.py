@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,8 +33,9 @@ __all__ = ["LeanScript"]
 class LeanScript:
     """``script(keys=…, args=…)`` of a registered script, on per-thread connections (module docstring).
 
-    Thread-safe; fork-safe (a child process makes its own connections). :meth:`close` disconnects
-    the connections made.
+    Thread-safe; fork-safe (a child process makes its own connections). A thread's connection is
+    held by that thread only: when the thread ends it is collected, which disconnects it (redis-py's
+    ``Connection.__del__``); :meth:`close` disconnects those still open.
     """
 
     def __init__(self, script: Script) -> None:
@@ -44,7 +46,7 @@ class LeanScript:
                 and getattr(client, "connection", None) is None)
         self._pool: redis.ConnectionPool | None = pool if lean else None
         self._local = threading.local()
-        self._made: list[Any] = []
+        self._made: weakref.WeakSet[Any] = weakref.WeakSet()  # a finished thread's connection: collected
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
@@ -66,18 +68,18 @@ class LeanScript:
         if os.getpid() != self._pid:  # forked: the parent's sockets are not ours
             with self._lock:
                 if os.getpid() != self._pid:
-                    self._local, self._made, self._pid = threading.local(), [], os.getpid()
+                    self._local, self._made, self._pid = threading.local(), weakref.WeakSet(), os.getpid()
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = pool.connection_class(**pool.connection_kwargs)
             self._local.conn = conn
             with self._lock:
-                self._made.append(conn)
+                self._made.add(conn)
         return conn
 
     def close(self) -> None:
         """Disconnect every connection made (a later call reconnects)."""
         with self._lock:
-            made, self._made, self._local = self._made, [], threading.local()
+            made, self._made, self._local = list(self._made), weakref.WeakSet(), threading.local()
         for conn in made:
             conn.disconnect()

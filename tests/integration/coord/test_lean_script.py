@@ -1,12 +1,16 @@
 """The per-turn ``try_begin`` script without redis-py's command path
 (:class:`rsi_common.lean_redis.LeanScript`, docs/performance/record-path.md#the-lean-evalsha): the
 same replies as redis-py's ``Script``, a flushed script cache reloaded, a stopped server raised as
-redis-py raises it and reconnected after, one connection per thread, closed by ``close``."""
+redis-py raises it and reconnected after, one connection per thread, closed by ``close`` or, for a
+finished thread, when it is collected."""
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import fakeredis
 import pytest
@@ -77,19 +81,39 @@ def test_a_stopped_server_raises_a_coordination_error_and_reconnects(redis_srv: 
 def test_one_connection_per_thread_closed_by_close(redis_url: str) -> None:
     client = redis_client(redis_url)
     coord = Coordinator(client, lease_s=60)
+    lean = coord._try_begin
     barrier = threading.Barrier(4)
 
-    def turns(t: int) -> list[bool]:
+    def turns(t: int) -> tuple[list[bool], Any]:
         barrier.wait()
-        return [coord.try_begin(f"t{t}-{i % 3}", f"io{i}") is not None for i in range(9)]
+        took = [coord.try_begin(f"t{t}-{i % 3}", f"io{i}") is not None for i in range(9)]
+        return took, lean._local.conn
 
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(turns, range(4)))
-    assert results == [[True] * 3 + [False] * 6] * 4
-    made = list(coord._try_begin._made)
-    assert len(made) == 4 and all(conn._sock is not None for conn in made)
+    assert [took for took, _ in results] == [[True] * 3 + [False] * 6] * 4
+    made = [conn for _, conn in results]  # held here: the threads have ended
+    assert len({id(c) for c in made}) == 4 and all(c._sock is not None for c in made)
+    assert set(lean._made) == set(made)
     coord.close()
     assert all(conn._sock is None for conn in made)
     assert coord.try_begin("after", "io1") is not None  # reconnects after close
     coord.close()
+    client.close()
+
+
+def test_a_finished_threads_connection_is_collected(redis_url: str) -> None:
+    client = redis_client(redis_url)
+    coord = Coordinator(client, lease_s=60)
+    refs: list[weakref.ref[Any]] = []
+
+    def turn() -> None:
+        assert coord.try_begin("a", "io1") is not None
+        refs.append(weakref.ref(coord._try_begin._local.conn))
+
+    thread = threading.Thread(target=turn)
+    thread.start()
+    thread.join()
+    gc.collect()
+    assert refs and refs[0]() is None and len(coord._try_begin._made) == 0  # no socket kept for it
     client.close()
