@@ -355,7 +355,6 @@ class RsiClient:
             self._owned.append(redis.close)
         self.redis = redis
         self.coord = Coordinator(redis, settings.lease_s)
-        self._owned.append(self.coord.close)
         if dispatcher is None:
             kombu = KombuDispatcher(str(settings.redis_url),
                                     transport_options={"visibility_timeout": settings.visibility_timeout_s})

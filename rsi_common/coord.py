@@ -77,7 +77,6 @@ from typing import Any, Literal
 import redis
 
 from rsi_common.errors import InvalidInput
-from rsi_common.lean_redis import LeanScript
 from rsi_common.math.bounds import FLOAT_GUARD
 
 __all__ = [
@@ -436,7 +435,7 @@ class Coordinator:
         self.lease_ms = max(1, round(lease_s * 1000))
         self.run_ttl_ms = max(1, round(run_ttl_s * 1000))
         self.margin = float(margin)
-        self._try_begin = LeanScript(client.register_script(_TRY_BEGIN))  # every recorded turn's call
+        self._try_begin = client.register_script(_TRY_BEGIN)
         self._renew = client.register_script(_RENEW)
         self._renew_spend = client.register_script(_RENEW_SPEND)
         self._spend_add = client.register_script(_SPEND_ADD)
@@ -446,11 +445,6 @@ class Coordinator:
         self._delete_if = client.register_script(_DELETE_IF)
         self._init_bounds = client.register_script(_INIT_BOUNDS)
         self._report = client.register_script(_REPORT)
-
-    def close(self) -> None:
-        """Disconnect the connections of the per-turn script (:class:`~rsi_common.lean_redis.LeanScript`);
-        the client's own pool is its owner's to close. A later call reconnects."""
-        self._try_begin.close()
 
     # --- leases ---------------------------------------------------------------------------------
 
