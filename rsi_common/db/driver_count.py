@@ -10,14 +10,12 @@ cursor's ``rowcount``.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
-from rsi_common.db.lean_tx import LeanConnection, _wrap
+from rsi_common.db.lean_tx import LeanConnection, on_cursor
 
 __all__ = ["run_count"]
 
@@ -33,26 +31,8 @@ def run_count(conn: Connection, statement: str, params: Sequence[Any] | Mapping[
     """
     if not isinstance(conn, LeanConnection) and not conn.in_transaction():
         conn.begin()
-    events = conn._has_events or conn.engine._has_events
-    cursor = None
-    try:
-        cursor = conn.connection.cursor()
-        if events:
-            for fn in conn.dispatch.before_cursor_execute:
-                statement, params = fn(conn, cursor, statement, params, None, False)
-        try:
-            cursor.execute(statement, params)
-            count = int(cursor.rowcount)
-        except conn.dialect.loaded_dbapi.Error:
-            raise
-        except Exception as err:  # the driver's adapter refused a value
-            raise sa_exc.StatementError(str(err), statement, params, err) from err
-        if events:
-            conn.dispatch.after_cursor_execute(conn, cursor, statement, params, None, False)
-    except conn.dialect.loaded_dbapi.Error as err:
-        raise _wrap(conn, err, statement, params, cursor) from err
-    finally:
-        if cursor is not None:
-            with contextlib.suppress(Exception):
-                cursor.close()
-    return count
+    return on_cursor(conn, statement, params, _row_count)
+
+
+def _row_count(cursor: Any) -> int:
+    return int(cursor.rowcount)

@@ -28,14 +28,16 @@ event, then the driver's rollback) before the connection returns to the pool.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import PoolProxiedConnection
 
-__all__ = ["LeanConnection", "execute_on_cursor", "lean_begin", "run_driver_sql"]
+__all__ = ["LeanConnection", "execute_on_cursor", "lean_begin", "on_cursor", "run_driver_sql"]
+
+T = TypeVar("T")
 
 
 class LeanConnection(Connection):
@@ -82,6 +84,18 @@ def execute_on_cursor(conn: Connection, statement: str,
                       params: Sequence[Any] | Mapping[str, Any]) -> list[Any]:
     """:func:`run_driver_sql` without beginning a transaction: for the engine's ``begin`` listener,
     which sends SQLite's ``BEGIN IMMEDIATE`` itself."""
+    return on_cursor(conn, statement, params, _all_rows)
+
+
+def _all_rows(cursor: Any) -> list[Any]:
+    return list(cursor.fetchall()) if cursor.description is not None else []
+
+
+def on_cursor(conn: Connection, statement: str, params: Sequence[Any] | Mapping[str, Any],
+              take: Callable[[Any], T]) -> T:
+    """Run ``statement`` on ``conn``'s DB-API cursor (no transaction begun) and return ``take(cursor)``
+    read right after it ran; the engine's cursor events fire around it and a driver error is raised
+    as ``Connection.execute`` raises it (see :func:`run_driver_sql`)."""
     events = conn._has_events or conn.engine._has_events
     cursor = None
     try:
@@ -91,7 +105,7 @@ def execute_on_cursor(conn: Connection, statement: str,
                 statement, params = fn(conn, cursor, statement, params, None, False)
         try:
             cursor.execute(statement, params)
-            rows: list[Any] = list(cursor.fetchall()) if cursor.description is not None else []
+            out = take(cursor)
         except conn.dialect.loaded_dbapi.Error:
             raise
         except Exception as err:  # the driver's adapter refused a value (psycopg's Json dumps late)
@@ -104,7 +118,7 @@ def execute_on_cursor(conn: Connection, statement: str,
         if cursor is not None:
             with contextlib.suppress(Exception):
                 cursor.close()
-    return rows
+    return out
 
 
 @contextlib.contextmanager

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from rsi_common.config import Settings
-from rsi_worker.consolidate import pool_memo
+from rsi_worker.consolidate import flow, pool_memo
+from rsi_worker.jobs.scenario import CORRECTION
 from tests.support.pipeline import Stack
 
 
@@ -31,3 +32,15 @@ def small_pool_stack(tmp_path: Path) -> Iterator[Stack]:
     yield s
     pool_memo.clear()
     s.close()
+
+
+def incumbent_trials_stored(stack: Stack) -> str:
+    """Drive ``stack`` through a correction and the run's incumbent trials; returns the run's id (its
+    next step is ``after_incumbent``)."""
+    stack.say("shop", "c1", "Compare laptops: use search query=laptops")
+    io = str(stack.say("shop", "c1", CORRECTION).world["io_id"])
+    nxt = flow.open_run(stack.deps, stack.lease("shop", io))
+    assert nxt.kind == "trials" and nxt.slots
+    for slot in nxt.slots:
+        flow.run_trial(stack.deps, nxt.ctx.run_id, slot)
+    return nxt.ctx.run_id

@@ -13,19 +13,13 @@ import pytest
 
 from rsi_common.config import Settings
 from rsi_worker.consolidate import flow, incumbent
-from rsi_worker.jobs.scenario import CORRECTION
 from tests.support.pipeline import Stack
+from tests.unit.perf.conftest import incumbent_trials_stored
 
 
 def _to_after_incumbent(tmp_path: Path) -> tuple[Stack, Any]:
     stack = Stack(Settings(database_url=f"sqlite:///{tmp_path / 'rsi.db'}", model_backoff_s=0))
-    stack.say("shop", "c1", "Compare laptops: use search query=laptops")
-    io = str(stack.say("shop", "c1", CORRECTION).world["io_id"])
-    nxt = flow.open_run(stack.deps, stack.lease("shop", io))
-    assert nxt.kind == "trials" and nxt.slots
-    for slot in nxt.slots:
-        flow.run_trial(stack.deps, nxt.ctx.run_id, slot)
-    ctx, status, _ = flow._load(stack.deps, nxt.ctx.run_id)  # the context as the step reads it
+    ctx, status, _ = flow._load(stack.deps, incumbent_trials_stored(stack))  # as the step reads it
     assert status == "running"
     return stack, ctx
 

@@ -12,13 +12,11 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from rsi_common.config import Settings
 from rsi_common.db import make_engine, upgrade
 from rsi_common.db import record as record_mod
-from rsi_worker.consolidate import flow
 from rsi_worker.consolidate.join import ready_step
-from rsi_worker.jobs.scenario import CORRECTION
 from tests.support.pipeline import Stack
+from tests.unit.perf.conftest import incumbent_trials_stored
 
 
 @pytest.fixture
@@ -58,14 +56,8 @@ def test_no_collection_starts_under_a_write_turn(tmp_path: Path, collector_on: N
         other.dispose()
 
 
-def test_the_in_band_join_takes_no_write_turn(tmp_path: Path) -> None:
-    stack = Stack(Settings(database_url=f"sqlite:///{tmp_path / 'rsi.db'}", model_backoff_s=0))
-    stack.say("shop", "c1", "Compare laptops: use search query=laptops")
-    io = str(stack.say("shop", "c1", CORRECTION).world["io_id"])
-    nxt = flow.open_run(stack.deps, stack.lease("shop", io))
-    assert nxt.kind == "trials" and nxt.slots
-    for slot in nxt.slots:
-        flow.run_trial(stack.deps, nxt.ctx.run_id, slot)
+def test_the_in_band_join_takes_no_write_turn(stack: Stack) -> None:
+    run_id = incumbent_trials_stored(stack)
     begins: list[str] = []
     engine = stack.engine
 
@@ -75,7 +67,7 @@ def test_the_in_band_join_takes_no_write_turn(tmp_path: Path) -> None:
 
     event.listen(engine, "before_cursor_execute", seen)
     try:
-        assert ready_step(stack.deps, nxt.ctx.run_id) == "after_incumbent"
+        assert ready_step(stack.deps, run_id) == "after_incumbent"
     finally:
         event.remove(engine, "before_cursor_execute", seen)
     assert begins == ["BEGIN DEFERRED"]
