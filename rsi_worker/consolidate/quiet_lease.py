@@ -45,9 +45,9 @@ class Renewal:
     lease: Lease
     day: str | None
     """The spend's UTC day; ``None``: no cap is set (the renewal alone)."""
-    wire: Wire | None
-    sent: Sent | None
-    """``None``: nothing sent (no wire): :func:`renewal` calls ``renew_over_cap``."""
+    pending: tuple[Wire, Sent] | None
+    """The wire and the request on it; ``None``: nothing sent (no wire): :func:`renewal` calls
+    ``renew_over_cap``."""
 
 
 def send_renewal(deps: Deps, lease: Lease) -> Renewal:
@@ -57,10 +57,10 @@ def send_renewal(deps: Deps, lease: Lease) -> Renewal:
     day = today() if (p.agent_daily_tokens or p.cluster_daily_tokens) else None
     w = wire(getattr(deps.coord, "client", None))
     if w is None:
-        return Renewal(lease, day, None, None)
+        return Renewal(lease, day, None)
     coord = deps.coord
     sent = send_renew(w, coord, lease) if day is None else send_renew_and_spend(w, coord, lease, day)
-    return Renewal(lease, day, w, sent)
+    return Renewal(lease, day, (w, sent))
 
 
 def renewal(deps: Deps, r: Renewal) -> tuple[bool, Spend | None]:
@@ -70,9 +70,10 @@ def renewal(deps: Deps, r: Renewal) -> tuple[bool, Spend | None]:
         redis errors: as ``renew_over_cap`` (the renewal failed).
         ValueError: a spend counter holds no integer.
     """
-    if r.wire is None or r.sent is None:
+    if r.pending is None:
         return renew_over_cap(deps, r.lease)
-    reply = r.wire.reply(r.sent)
+    w, sent = r.pending
+    reply = w.reply(sent)
     if r.day is None:
         return renew_reply(reply), None
     renewed, spent = renew_spend_reply(reply)
@@ -82,10 +83,11 @@ def renewal(deps: Deps, r: Renewal) -> tuple[bool, Spend | None]:
 def discard(deps: Deps, r: Renewal) -> None:
     """Read and drop the answer to ``r`` (the fast path declined: the full path renews itself); an
     error is the full path's to meet."""
-    if r.wire is None or r.sent is None:
+    if r.pending is None:
         return
+    w, sent = r.pending
     try:
-        r.wire.reply(r.sent)
+        w.reply(sent)
     except _DROPPED as exc:
         log.debug("agent %s: a dropped renewal failed (%s)", r.lease.agent, type(exc).__name__)
 
