@@ -41,7 +41,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from rsi_common.coord import Coordinator, Lease, lease_key, spend_key
 
 __all__ = ["IDLE_MAX", "Sent", "Wire", "finish", "pack", "renew_reply", "renew_spend_reply", "send_renew",
-           "send_renew_and_spend", "wire"]
+           "send_renew_and_spend", "try_begin", "wire"]
 
 IDLE_MAX = 16
 """Idle connections a :class:`Wire` keeps; more are returned to the client's pool."""
@@ -212,3 +212,24 @@ def finish(w: Wire, coord: Coordinator, lease: Lease) -> Lease | None:
     keys = Coordinator._agent_keys(lease.agent)
     reply = w.call(coord._finish, keys, [lease.token, new_token, coord.lease_ms])
     return Coordinator._lease_reply(lease.agent, new_token, reply)
+
+
+# --- the record path's hand-off -----------------------------------------------------------------
+
+
+def try_begin(coord: Coordinator, agent: str, io: str) -> Lease | None:
+    """:meth:`Coordinator.try_begin` of ``(agent, io)`` — the same script, keys, arguments and answer —
+    on the client's :class:`Wire`, or through the coordinator itself when the client has none
+    (fakeredis). A dropped connection or a missing script is sent again through the client, as
+    :meth:`Wire.reply` does (docs/performance/record-path.md#the-hand-off-on-the-wire).
+
+    Raises:
+        redis errors: as :meth:`Coordinator.try_begin` raises them (the client could not reach Redis
+            either).
+    """
+    w = wire(coord.client)
+    if w is None:
+        return coord.try_begin(agent, io)
+    token = secrets.token_hex(16)
+    fence = int(w.call(coord._try_begin, Coordinator._agent_keys(agent), [token, io, coord.lease_ms]))
+    return Lease(agent, token, fence, io) if fence else None

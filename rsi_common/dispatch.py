@@ -55,12 +55,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import kombu.connection
 import kombu.entity
 import kombu.pools
 from kombu.exceptions import InconsistencyError, KombuError, LimitExceeded
 
 from rsi_common.errors import BrokerUnavailable, InvalidInput
+from rsi_common.kombu_channel import KeptClientConnection
 
 __all__ = [
     "ARGSREPR_MAX_CHARS",
@@ -208,7 +208,8 @@ class TaskMessage:
 
 _HOSTNAME = socket.gethostname()
 # kombu ships no complete type hints: its classes are used through Any-typed names.
-_Connection: Any = kombu.connection.Connection
+_Connection: Any = KeptClientConnection
+"""kombu's ``Connection``, its Redis channels keeping one client each (docs/performance/record-path.md)."""
 _Exchange: Any = kombu.entity.Exchange
 _Queue: Any = kombu.entity.Queue
 _ProducerPool: Any = kombu.pools.ProducerPool

@@ -19,6 +19,7 @@ from typing import Literal
 import redis
 
 from rsi_common.coord import Coordinator, Lease
+from rsi_common.coord_wire import try_begin as wire_try_begin
 from rsi_common.dispatch import QUEUE_CONSOLIDATE, TASK_CONSOLIDATE, Dispatcher
 from rsi_common.errors import InfrastructureError
 
@@ -99,7 +100,7 @@ def trigger_consolidation(coord: Coordinator, dispatcher: Dispatcher, agent_id: 
     fresh signal and ends ``recorded``.
     """
     try:
-        lease = coord.try_begin(agent_id, io_id)
+        lease = wire_try_begin(coord, agent_id, io_id)  # coord.try_begin on a kept connection
     except COORD_ERRORS as exc:
         log.warning("consolidation of agent %s deferred: Redis unavailable (%s)", agent_id,
                     type(exc).__name__)

@@ -24,6 +24,7 @@ from typing import Any
 import rsi_common.client as client_mod
 import rsi_common.coord as coord_mod
 import rsi_common.dispatch as dispatch_mod
+import rsi_common.handoff as handoff_mod
 import rsi_worker.bench.ingest as ingest
 
 _CPU: dict[str, float] = {}
@@ -51,7 +52,10 @@ def main() -> None:
     _timed(client_mod, "parse_turn", "parse_turn")
     _timed(client_mod, "retry_write", "transaction")
     _timed(client_mod, "trigger_consolidation", "hand_off")
-    _timed(coord_mod.Coordinator, "try_begin", "try_begin")
+    if hasattr(handoff_mod, "wire_try_begin"):  # rec7: try_begin on the coordinator's wire
+        _timed(handoff_mod, "wire_try_begin", "try_begin")
+    else:
+        _timed(coord_mod.Coordinator, "try_begin", "try_begin")
     _timed(dispatch_mod.KombuDispatcher, "enqueue", "publish")
     record_all = ingest._record_all
 
