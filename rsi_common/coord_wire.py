@@ -220,14 +220,15 @@ def finish(w: Wire, coord: Coordinator, lease: Lease) -> Lease | None:
 def try_begin(coord: Coordinator, agent: str, io: str) -> Lease | None:
     """:meth:`Coordinator.try_begin` of ``(agent, io)`` — the same script, keys, arguments and answer —
     on the client's :class:`Wire`, or through the coordinator itself when the client has none
-    (fakeredis). A dropped connection or a missing script is sent again through the client, as
+    (fakeredis) or the coordinator is a subclass with a ``try_begin`` of its own (kept, not
+    bypassed). A dropped connection or a missing script is sent again through the client, as
     :meth:`Wire.reply` does (docs/performance/record-path.md#the-hand-off-on-the-wire).
 
     Raises:
         redis errors: as :meth:`Coordinator.try_begin` raises them (the client could not reach Redis
             either).
     """
-    w = wire(coord.client)
+    w = wire(coord.client) if type(coord).try_begin is Coordinator.try_begin else None
     if w is None:
         return coord.try_begin(agent, io)
     token = secrets.token_hex(16)

@@ -8,6 +8,9 @@ now holds ``io`` (the running run's ``finish`` starts one re-run). Either way th
 *handed off*. When Redis or the broker cannot be reached the trigger is **deferred**: nothing is
 raised, a lease taken for the failed enqueue is released at once (compare-and-delete), and the
 caller leaves the world's ``enqueued_at`` empty so the sweeper triggers it again.
+
+``try_begin`` is sent on the coordinator's wire (:func:`rsi_common.coord_wire.try_begin`: a kept
+connection, redis-py's call on a dropped one; docs/performance/record-path.md#the-hand-off-on-the-wire).
 """
 
 from __future__ import annotations

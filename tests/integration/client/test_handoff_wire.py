@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from rsi_common.client import redis_client
-from rsi_common.coord import Coordinator, fence_key, lease_key, pending_key
+from rsi_common.coord import Coordinator, Lease, fence_key, lease_key, pending_key
 from rsi_common.coord_wire import try_begin, wire
 from rsi_common.dispatch import (
     QUEUE_CONSOLIDATE,
@@ -142,3 +142,18 @@ def test_the_dispatcher_makes_one_client_per_channel(redis_url: str) -> None:
         assert sorted(queued) == sorted(ids)
     finally:
         dispatcher.close()
+
+
+def test_a_coordinator_with_its_own_try_begin_keeps_it(redis_url: str) -> None:
+    class Counting(Coordinator):
+        calls = 0
+
+        def try_begin(self, agent: str, io: str) -> Lease | None:
+            Counting.calls += 1
+            return super().try_begin(agent, io)
+
+    r = redis_client(redis_url)
+    coord = Counting(r, lease_s=30)
+    assert trigger_consolidation(coord, RecordingDispatcher(), "a", "io-1").outcome == "enqueued"
+    assert Counting.calls == 1
+    r.close()
