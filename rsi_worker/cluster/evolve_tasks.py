@@ -30,12 +30,14 @@ import time
 import uuid
 from typing import Any
 
-from celery import Celery, current_task, group
+from celery import Celery, current_task
 
 from rsi_common.coord import Lease
 from rsi_common.dispatch import TASK_EVOLVE_STEP, TASK_EVOLVE_TRIAL, TASK_QUEUES
 from rsi_common.stored import error_record
 from rsi_worker.cluster.evolve_batch import Fanout, failed, mark_failed, sealed_batch
+from rsi_worker.cluster.evolve_queue import lane_specs, push
+from rsi_worker.cluster.evolve_queue import release as release_taken
 from rsi_worker.cluster.evolve_watch import holder, lease_args, release, renewed
 from rsi_worker.cluster.middleware import Middleware, Policy, TaskCall, task
 from rsi_worker.cluster.worker import WorkerContext
@@ -171,21 +173,25 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
             )
 
     def lanes(name: str, specs: list[dict[str, Any]], batch: dict[str, Any], lease: Lease | None) -> None:
-        """Send ``specs`` as ``evolve_trial`` lanes carrying ``batch``: ``eval_parallel × trial_parallel``
-        of them (the round's slots; fewer when fewer trials), lane i holding specs i, i + n, …"""
+        """Push ``specs`` onto the batch's queue, then send ``eval_parallel × trial_parallel``
+        ``evolve_trial`` lanes (the round's slots; fewer when fewer trials) carrying the queue's id and
+        ``batch``, published in one round trip (:mod:`rsi_worker.cluster.evolve_queue`)."""
+        t_send = time.time()
         key = specs[0].get("suite_key")
         config = MEMO.static(env().sessions, name, _str(key)).config
         n = max(1, min(len(specs), config.eval_parallel * config.trial_parallel))
+        queue_id = str(batch["id"])
+        push(ctx.runtime().coord.client, name, queue_id, specs)
         queue = TASK_QUEUES[TASK_EVOLVE_TRIAL]
-        group(
-            app.signature(
-                TASK_EVOLVE_TRIAL,
-                args=(name, {"specs": specs[lane::n], "join": batch}, *lease_args(lease)),
-                queue=queue,
-                ignore_result=True,  # joined in SQL: nothing reads the lanes' results
-            )
-            for lane in range(n)
-        ).apply_async()
+        with app.producer_or_acquire() as producer, producer.batch():
+            for _ in range(n):
+                app.signature(
+                    TASK_EVOLVE_TRIAL,
+                    args=(name, {"queue": queue_id, "join": batch}, *lease_args(lease)),
+                    queue=queue,
+                    ignore_result=True,  # joined in SQL: nothing reads the lanes' results
+                ).apply_async(producer=producer)
+        timeline.record(kind="send", start=t_send, end=time.time(), n=n, trials=len(specs))
 
     def sent(name: str, out: RunOutcome, lease: Lease | None) -> str:
         """Send what follows a step's outcome: the next step, or nothing (the run ended); its trials
@@ -221,26 +227,32 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
         fence: int | None = None,
         io: str | None = None,
     ) -> dict[str, Any]:
-        """A lane of trials, one after the other (``spec``: ``{specs, join}``), or one trial (a spec);
-        never raises. Idempotency key: each trial row's slot and attempt (a redelivered lane answers its
-        stored slots from their rows). A lane of a replaced chain (its lease lost) stops. Then the
-        in-band join: the lane that finds its batch complete sends the next step; a lane whose trial
-        failed sends it too (the step runs again what is not stored, as a chord body would)."""
+        """A lane of trials, one after the other: ``spec`` is ``{queue, join}`` (the lane takes its
+        batch's queued specs until the queue is empty), ``{specs, join}`` (those specs) or one spec;
+        never raises. Idempotency key: each trial row's slot and attempt (a redelivered lane first runs
+        what it had taken, and answers stored slots from their rows). A lane of a replaced chain (its
+        lease lost) stops. Then the in-band join: the lane that finds its batch complete sends the next
+        step; a lane whose trial failed sends it too (the step runs again what is not stored, as a chord
+        body would). A lane that ran nothing (its queue was empty) has nothing to join."""
         lease = _lease(agent, token, fence, io)
-        specs: list[dict[str, Any]] = list(spec["specs"]) if "specs" in spec else [spec]
+        queue_id = _str(spec.get("queue"))
+        own: list[dict[str, Any]] = list(spec["specs"]) if "specs" in spec else ([] if queue_id else [spec])
         batch = spec.get("join")
-        outs = []
-        for one in specs:
+        client = ctx.runtime().coord.client
+        lane = str(current_task.request.id or "")
+        outs: list[dict[str, Any]] = []
+        key: str | None = None
+        for one in lane_specs(client, name, queue_id, lane, own):
             start = time.time()
             if not renewed(ctx.runtime().coord, lease):
                 return {"status": "stale"}
+            key = key or _str(one.get("suite_key"))
             marks: dict[str, float] = {}
             try:
                 out = run_trial_spec(env(), name, one, marks)
             except Exception as exc:
                 log.warning("evolve trial of %s failed: %s", name, type(exc).__name__)
                 if batch:  # the step runs again what is not stored; an unsealed batch's step goes on
-                    client = ctx.runtime().coord.client
                     mark_failed(client, name, str(batch["id"]))
                     if sealed_batch(client, name, batch) is not None:
                         step = step_signature(app, name, lease, str(batch["id"]))
@@ -259,7 +271,11 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
                     status=str(out.get("status")),
                 )
         done = time.time()
-        key = specs[0].get("suite_key") if specs else None
-        join_step(name, batch, _str(key), lease)
-        timeline.record(kind="join", done=done, end=time.time(), trials=len(specs))
-        return outs[0] if len(outs) == 1 and "specs" not in spec else {"status": "lane", "trials": outs}
+        if outs:
+            join_step(name, batch, key, lease)
+            timeline.record(kind="join", done=done, end=time.time(), trials=len(outs))
+        if queue_id:
+            release_taken(client, name, queue_id, lane)
+        if len(outs) == 1 and "specs" not in spec and not queue_id:
+            return outs[0]
+        return {"status": "lane", "trials": outs}

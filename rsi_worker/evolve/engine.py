@@ -826,9 +826,9 @@ def run_trial_spec(
     )
     brief = {"candidate": cand, "task": task, "trial": trial, "attempt": attempt}
     stop = bool(spec.get("stop")) and attempt == 0
-    # the candidate's rows feed the early stop only; without one, the slot's own status is enough (the
-    # rows' JSON — their replays — is not decoded on every trial of a held-out or paper-mode evaluation)
-    rows = env.store.trials(name, t, cand) if stop else []
+    # the candidate's rows feed the early stop only (their tallies: the rows' JSON — their replays — is
+    # never decoded here); without one, the slot's own status is enough
+    rows = env.store.trial_tallies(name, t, cand) if stop else []
     slot = (task, trial, attempt)
     own = (
         [r["status"] for r in rows if (r["world_id"], r["trial"], r["attempt"]) == slot]
