@@ -122,55 +122,61 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
         io: str | None = None,
         join: str | None = None,
     ) -> str:
-        """One step of the run. Idempotent: recomputed from stored rows. A step whose lease is no longer
-        held (a newer chain runs) stops before anything; so does a second step sent for one batch."""
+        """One step of the run, and the next ones while they need no trial from the cluster: a finished
+        baseline or round goes on into the next round in this task (no message, hop or reload between
+        them). Idempotent: recomputed from stored rows. A step whose lease is no longer held (a newer
+        chain runs) stops before anything; so does a second step sent for one batch."""
         start = time.time()
         coord = ctx.runtime().coord
         lease = _lease(agent, token, fence, io)
         if not renewed(coord, lease):
             return "stale: lease lost"
-        if join is not None and not claim_join(coord.client, name, join, str(current_task.request.id or "")):
-            return "joined already"
-        claimed, step_env = time.time(), env()
         task_id = str(current_task.request.id or "")
-        fan = Fanout(lambda specs, batch: lanes(name, specs, batch, lease))
-        out = run_step(step_env, name, send=fan.early)
-        sealed, early = 0, 0
-        while out.status == "pending":
-            if not renewed(coord, lease):
-                return "stale: lease lost"
-            batch = fan.seal(coord.client, name, out.pending)
-            key = out.pending[0].get("suite_key")
-            # the trials sent early may all be stored already (they ran beside the drafts): judge here
-            if not fan.sent or not (
-                failed(coord.client, name, fan.id) or joined(step_env.store, name, batch, _str(key))
-            ):
-                break
-            if not claim_join(coord.client, name, fan.id, task_id):
-                return "joined already"
-            sealed, early = sealed + 1, early + len(fan.sent)
+        if join is not None and not claim_join(coord.client, name, join, task_id):
+            return "joined already"
+        while True:
+            claimed, step_env = time.time(), env()
             fan = Fanout(lambda specs, batch: lanes(name, specs, batch, lease))
             out = run_step(step_env, name, send=fan.early)
-        if not renewed(coord, lease):
-            return "stale: lease lost"
-        ran = time.time()
-        try:
-            return sent(name, out, lease)
-        finally:
-            timeline.record(
-                kind="step",
-                start=start,
-                claimed=claimed,
-                ran=ran,
-                end=time.time(),
-                t=next((pt for pt, p, _ in step_env.phases if p == "load"), out.t),  # the state's before
-                status=out.status,
-                trials=len(out.pending),
-                early=early + len(fan.sent),
-                joined_here=sealed,
-                join=join is not None,
-                phases=[[pt, p, round(sec, 4)] for pt, p, sec in step_env.phases],
-            )
+            sealed, early = 0, 0
+            while out.status == "pending":
+                if not renewed(coord, lease):
+                    return "stale: lease lost"
+                batch = fan.seal(coord.client, name, out.pending)
+                key = out.pending[0].get("suite_key")
+                # the trials sent early may all be stored already (they ran beside the drafts): judge here
+                if not fan.sent or not (
+                    failed(coord.client, name, fan.id) or joined(step_env.store, name, batch, _str(key))
+                ):
+                    break
+                if not claim_join(coord.client, name, fan.id, task_id):
+                    return "joined already"
+                sealed, early = sealed + 1, early + len(fan.sent)
+                fan = Fanout(lambda specs, batch: lanes(name, specs, batch, lease))
+                out = run_step(step_env, name, send=fan.early)
+            if not renewed(coord, lease):
+                return "stale: lease lost"
+            ran = time.time()
+            going_on = out.status == "running"  # the next round starts here, not in a new task
+            try:
+                if not going_on:
+                    return sent(name, out, lease)
+            finally:
+                timeline.record(
+                    kind="step",
+                    start=start,
+                    claimed=claimed,
+                    ran=ran,
+                    end=time.time(),
+                    t=next((pt for pt, p, _ in step_env.phases if p == "load"), out.t),  # the state's before
+                    status=out.status,
+                    trials=len(out.pending),
+                    early=early + len(fan.sent),
+                    joined_here=sealed,
+                    join=join is not None,
+                    phases=[[pt, p, round(sec, 4)] for pt, p, sec in step_env.phases],
+                )
+            start, join = time.time(), None
 
     def lanes(name: str, specs: list[dict[str, Any]], batch: dict[str, Any], lease: Lease | None) -> None:
         """Push ``specs`` onto the batch's queue, then send ``eval_parallel × trial_parallel``

@@ -73,7 +73,8 @@ def test_the_lean_read_gives_the_early_stop_the_same_bounds_and_status(stack: An
     ]
     assert not joined(stack.store, "r", batch, specs[0]["suite_key"])
     # rows that passed some checks (the sim's H0 passes none): passed = reward × weight
-    for j, (status, passed, checks) in enumerate([("ok", 1, 2), ("ok", 2, 3), ("missing", 0, 2), ("ok", 3, 3)]):
+    tallies = [("ok", 1, 2), ("ok", 2, 3), ("missing", 0, 2), ("ok", 3, 3)]
+    for j, (status, passed, checks) in enumerate(tallies):
         values = {"status": status, "reward": passed / checks, "weight": checks, "result": {"passed": passed}}
         stack.store.save_trial("r", 0, "A", f"task{j}", 0, 0, values)
     full, lean = stack.store.trials("r", 0, "A"), stack.store.trial_tallies("r", 0, "A")
