@@ -3,13 +3,15 @@ tasks, each fanning out its pending trials as ``evolve_trial`` tasks on the ``re
 in band: the trial that finds its batch complete in SQL sends the next ``evolve_step``
 (:mod:`rsi_worker.evolve.join`).
 
-    evolve_step ─► evolve_trial × pending slots ─(joined in SQL)─► evolve_step ─► … ─► evolve_step (judged)
-                ─► evolve_step (next round) ─► … ─► done | stopped | failed
+    evolve_step ─► evolve_trial × lanes ─(joined in SQL)─► evolve_step (judged, then the next round)
+                ─► evolve_trial × lanes ─► … ─► done | stopped | failed
 
 A step sends each evaluation's trials as soon as its engine defers them (a candidate's once its smoke
-passed, beside the other candidate's drafting) and seals the batch when its engine work is done
-(:mod:`rsi_worker.cluster.evolve_batch`); a batch already complete at its seal is judged in the same
-step. No task waits on another. ``evolve_trial`` never raises (its policy answers an error); its
+passed, beside the other candidate's drafting): it pushes them onto the batch's shared queue and
+publishes lanes that drain it (:mod:`rsi_worker.cluster.evolve_queue`), and seals the batch when its
+engine work is done (:mod:`rsi_worker.cluster.evolve_batch`); a batch already complete at its seal is
+judged in the same step. A step whose baseline or round is finished goes on into the next round in the
+same task. No task waits on another. ``evolve_trial`` never raises (its policy answers an error); its
 idempotency key is the trial row's ``(evolve, t, candidate, task, trial, attempt)``. ``evolve_step``
 recomputes everything from stored rows (drafts, analyses and trials are stored as they are made), so a
 redelivered step decides the same and a killed worker's trials are simply run again by the next step.
@@ -200,13 +202,10 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
         timeline.record(kind="send", start=t_send, end=time.time(), n=n, trials=len(specs))
 
     def sent(name: str, out: RunOutcome, lease: Lease | None) -> str:
-        """Send what follows a step's outcome: the next step, or nothing (the run ended); its trials
-        were sent by its batch (:class:`Fanout`)."""
+        """What follows a step's last outcome (never ``running``: the step goes on itself): its trials,
+        sent by its batch (:class:`Fanout`), or the run's end (the lease is released)."""
         if out.status == "pending":
             return f"{len(out.pending)} trials"
-        if out.status == "running":
-            step_signature(app, name, lease).apply_async()
-            return f"next step (t={out.t})"
         release(ctx.runtime().coord, lease)
         return out.status
 
