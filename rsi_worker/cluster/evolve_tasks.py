@@ -139,11 +139,13 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
         start = time.time()
         coord = ctx.runtime().coord
         lease = _lease(agent, token, fence, io)
-        if not renewed(coord, lease):
-            return "stale: lease lost"
         task_id = str(current_task.request.id or "")
+        # a second step sent for one batch stops before it touches the lease: arriving after the run's
+        # end (its lease released), a renewal would take the lease back
         if join is not None and not claim_join(coord.client, name, join, task_id):
             return "joined already"
+        if not renewed(coord, lease):
+            return "stale: lease lost"
         while True:
             claimed, step_env = time.time(), env()
             fan = Fanout(lambda specs, batch: lanes(name, specs, batch, lease))
