@@ -3,13 +3,15 @@ tasks, each fanning out its pending trials as ``evolve_trial`` tasks on the ``re
 in band: the trial that finds its batch complete in SQL sends the next ``evolve_step``
 (:mod:`rsi_worker.evolve.join`).
 
-    evolve_step ─► evolve_trial × pending slots ─(joined in SQL)─► evolve_step ─► … ─► evolve_step (judged)
-                ─► evolve_step (next round) ─► … ─► done | stopped | failed
+    evolve_step ─► evolve_trial × lanes ─(joined in SQL)─► evolve_step (judged, then the next round)
+                ─► evolve_trial × lanes ─► … ─► done | stopped | failed
 
 A step sends each evaluation's trials as soon as its engine defers them (a candidate's once its smoke
-passed, beside the other candidate's drafting) and seals the batch when its engine work is done
-(:mod:`rsi_worker.cluster.evolve_batch`); a batch already complete at its seal is judged in the same
-step. No task waits on another. ``evolve_trial`` never raises (its policy answers an error); its
+passed, beside the other candidate's drafting): it pushes them onto the batch's shared queue and
+publishes lanes that drain it (:mod:`rsi_worker.cluster.evolve_queue`), and seals the batch when its
+engine work is done (:mod:`rsi_worker.cluster.evolve_batch`); a batch already complete at its seal is
+judged in the same step. A step whose baseline or round is finished goes on into the next round in the
+same task. No task waits on another. ``evolve_trial`` never raises (its policy answers an error); its
 idempotency key is the trial row's ``(evolve, t, candidate, task, trial, attempt)``. ``evolve_step``
 recomputes everything from stored rows (drafts, analyses and trials are stored as they are made), so a
 redelivered step decides the same and a killed worker's trials are simply run again by the next step.
@@ -25,17 +27,20 @@ beating, and the new chain does the work. The step that ends the run releases th
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
 from typing import Any
 
-from celery import Celery, current_task, group
+from celery import Celery, current_task
 
 from rsi_common.coord import Lease
 from rsi_common.dispatch import TASK_EVOLVE_STEP, TASK_EVOLVE_TRIAL, TASK_QUEUES
 from rsi_common.stored import error_record
 from rsi_worker.cluster.evolve_batch import Fanout, failed, mark_failed, sealed_batch
+from rsi_worker.cluster.evolve_queue import lane_specs, push
+from rsi_worker.cluster.evolve_queue import release as release_taken
 from rsi_worker.cluster.evolve_watch import holder, lease_args, release, renewed
 from rsi_worker.cluster.middleware import Middleware, Policy, TaskCall, task
 from rsi_worker.cluster.worker import WorkerContext
@@ -71,6 +76,13 @@ def step_signature(app: Celery, name: str, lease: Lease | None = None, join: str
     """The ``evolve_step`` of run ``name`` carrying ``lease`` and, sent by a join, its batch id."""
     queue = TASK_QUEUES[TASK_EVOLVE_STEP]
     return app.signature(TASK_EVOLVE_STEP, args=([], name, *lease_args(lease), join), queue=queue)
+
+
+def _batched(producer: Any) -> contextlib.AbstractContextManager[Any]:
+    """The producer's publish batch (kombu ≥ 5.7: one pipelined round trip on Redis; a transport without
+    batches publishes at once), or nothing on an older kombu."""
+    batch = getattr(producer, "batch", None)
+    return batch() if callable(batch) else contextlib.nullcontext()
 
 
 def _str(value: Any) -> str | None:
@@ -120,81 +132,90 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
         io: str | None = None,
         join: str | None = None,
     ) -> str:
-        """One step of the run. Idempotent: recomputed from stored rows. A step whose lease is no longer
-        held (a newer chain runs) stops before anything; so does a second step sent for one batch."""
+        """One step of the run, and the next ones while they need no trial from the cluster: a finished
+        baseline or round goes on into the next round in this task (no message, hop or reload between
+        them). Idempotent: recomputed from stored rows. A step whose lease is no longer held (a newer
+        chain runs) stops before anything; so does a second step sent for one batch."""
         start = time.time()
         coord = ctx.runtime().coord
         lease = _lease(agent, token, fence, io)
+        task_id = str(current_task.request.id or "")
+        # a second step sent for one batch stops before it touches the lease: arriving after the run's
+        # end (its lease released), a renewal would take the lease back
+        if join is not None and not claim_join(coord.client, name, join, task_id):
+            return "joined already"
         if not renewed(coord, lease):
             return "stale: lease lost"
-        if join is not None and not claim_join(coord.client, name, join, str(current_task.request.id or "")):
-            return "joined already"
-        claimed, step_env = time.time(), env()
-        task_id = str(current_task.request.id or "")
-        fan = Fanout(lambda specs, batch: lanes(name, specs, batch, lease))
-        out = run_step(step_env, name, send=fan.early)
-        sealed, early = 0, 0
-        while out.status == "pending":
-            if not renewed(coord, lease):
-                return "stale: lease lost"
-            batch = fan.seal(coord.client, name, out.pending)
-            key = out.pending[0].get("suite_key")
-            # the trials sent early may all be stored already (they ran beside the drafts): judge here
-            if not fan.sent or not (
-                failed(coord.client, name, fan.id) or joined(step_env.store, name, batch, _str(key))
-            ):
-                break
-            if not claim_join(coord.client, name, fan.id, task_id):
-                return "joined already"
-            sealed, early = sealed + 1, early + len(fan.sent)
+        while True:
+            claimed, step_env = time.time(), env()
             fan = Fanout(lambda specs, batch: lanes(name, specs, batch, lease))
             out = run_step(step_env, name, send=fan.early)
-        if not renewed(coord, lease):
-            return "stale: lease lost"
-        ran = time.time()
-        try:
-            return sent(name, out, lease)
-        finally:
-            timeline.record(
-                kind="step",
-                start=start,
-                claimed=claimed,
-                ran=ran,
-                end=time.time(),
-                t=next((pt for pt, p, _ in step_env.phases if p == "load"), out.t),  # the state's before
-                status=out.status,
-                trials=len(out.pending),
-                early=early + len(fan.sent),
-                joined_here=sealed,
-                join=join is not None,
-                phases=[[pt, p, round(sec, 4)] for pt, p, sec in step_env.phases],
-            )
+            sealed, early = 0, 0
+            while out.status == "pending":
+                if not renewed(coord, lease):
+                    return "stale: lease lost"
+                batch = fan.seal(coord.client, name, out.pending)
+                key = out.pending[0].get("suite_key")
+                # the trials sent early may all be stored already (they ran beside the drafts): judge here
+                if not fan.sent or not (
+                    failed(coord.client, name, fan.id) or joined(step_env.store, name, batch, _str(key))
+                ):
+                    break
+                if not claim_join(coord.client, name, fan.id, task_id):
+                    return "joined already"
+                sealed, early = sealed + 1, early + len(fan.sent)
+                fan = Fanout(lambda specs, batch: lanes(name, specs, batch, lease))
+                out = run_step(step_env, name, send=fan.early)
+            if not renewed(coord, lease):
+                return "stale: lease lost"
+            ran = time.time()
+            going_on = out.status == "running"  # the next round starts here, not in a new task
+            try:
+                if not going_on:
+                    return sent(name, out, lease)
+            finally:
+                timeline.record(
+                    kind="step",
+                    start=start,
+                    claimed=claimed,
+                    ran=ran,
+                    end=time.time(),
+                    t=next((pt for pt, p, _ in step_env.phases if p == "load"), out.t),  # the state's before
+                    status=out.status,
+                    trials=len(out.pending),
+                    early=early + len(fan.sent),
+                    joined_here=sealed,
+                    join=join is not None,
+                    phases=[[pt, p, round(sec, 4)] for pt, p, sec in step_env.phases],
+                )
+            start, join = time.time(), None
 
     def lanes(name: str, specs: list[dict[str, Any]], batch: dict[str, Any], lease: Lease | None) -> None:
-        """Send ``specs`` as ``evolve_trial`` lanes carrying ``batch``: ``eval_parallel × trial_parallel``
-        of them (the round's slots; fewer when fewer trials), lane i holding specs i, i + n, …"""
+        """Push ``specs`` onto the batch's queue, then send ``eval_parallel × trial_parallel``
+        ``evolve_trial`` lanes (the round's slots; fewer when fewer trials) carrying the queue's id and
+        ``batch``, published in one round trip (:mod:`rsi_worker.cluster.evolve_queue`)."""
+        t_send = time.time()
         key = specs[0].get("suite_key")
         config = MEMO.static(env().sessions, name, _str(key)).config
         n = max(1, min(len(specs), config.eval_parallel * config.trial_parallel))
+        queue_id = str(batch["id"])
+        push(ctx.runtime().coord.client, name, queue_id, specs)
         queue = TASK_QUEUES[TASK_EVOLVE_TRIAL]
-        group(
-            app.signature(
-                TASK_EVOLVE_TRIAL,
-                args=(name, {"specs": specs[lane::n], "join": batch}, *lease_args(lease)),
-                queue=queue,
-                ignore_result=True,  # joined in SQL: nothing reads the lanes' results
-            )
-            for lane in range(n)
-        ).apply_async()
+        with app.producer_or_acquire() as producer, _batched(producer):
+            for _ in range(n):
+                app.signature(
+                    TASK_EVOLVE_TRIAL,
+                    args=(name, {"queue": queue_id, "join": batch}, *lease_args(lease)),
+                    queue=queue,
+                    ignore_result=True,  # joined in SQL: nothing reads the lanes' results
+                ).apply_async(producer=producer)
+        timeline.record(kind="send", start=t_send, end=time.time(), n=n, trials=len(specs))
 
     def sent(name: str, out: RunOutcome, lease: Lease | None) -> str:
-        """Send what follows a step's outcome: the next step, or nothing (the run ended); its trials
-        were sent by its batch (:class:`Fanout`)."""
+        """What follows a step's last outcome (never ``running``: the step goes on itself): its trials,
+        sent by its batch (:class:`Fanout`), or the run's end (the lease is released)."""
         if out.status == "pending":
             return f"{len(out.pending)} trials"
-        if out.status == "running":
-            step_signature(app, name, lease).apply_async()
-            return f"next step (t={out.t})"
         release(ctx.runtime().coord, lease)
         return out.status
 
@@ -221,26 +242,32 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
         fence: int | None = None,
         io: str | None = None,
     ) -> dict[str, Any]:
-        """A lane of trials, one after the other (``spec``: ``{specs, join}``), or one trial (a spec);
-        never raises. Idempotency key: each trial row's slot and attempt (a redelivered lane answers its
-        stored slots from their rows). A lane of a replaced chain (its lease lost) stops. Then the
-        in-band join: the lane that finds its batch complete sends the next step; a lane whose trial
-        failed sends it too (the step runs again what is not stored, as a chord body would)."""
+        """A lane of trials, one after the other: ``spec`` is ``{queue, join}`` (the lane takes its
+        batch's queued specs until the queue is empty), ``{specs, join}`` (those specs) or one spec;
+        never raises. Idempotency key: each trial row's slot and attempt (a redelivered lane first runs
+        what it had taken, and answers stored slots from their rows). A lane of a replaced chain (its
+        lease lost) stops. Then the in-band join: the lane that finds its batch complete sends the next
+        step; a lane whose trial failed sends it too (the step runs again what is not stored, as a chord
+        body would). A lane that ran nothing (its queue was empty) has nothing to join."""
         lease = _lease(agent, token, fence, io)
-        specs: list[dict[str, Any]] = list(spec["specs"]) if "specs" in spec else [spec]
+        queue_id = _str(spec.get("queue"))
+        own: list[dict[str, Any]] = list(spec["specs"]) if "specs" in spec else ([] if queue_id else [spec])
         batch = spec.get("join")
-        outs = []
-        for one in specs:
+        client = ctx.runtime().coord.client
+        lane = str(current_task.request.id or "")
+        outs: list[dict[str, Any]] = []
+        key: str | None = None
+        for one in lane_specs(client, name, queue_id, lane, own):
             start = time.time()
             if not renewed(ctx.runtime().coord, lease):
                 return {"status": "stale"}
+            key = key or _str(one.get("suite_key"))
             marks: dict[str, float] = {}
             try:
                 out = run_trial_spec(env(), name, one, marks)
             except Exception as exc:
                 log.warning("evolve trial of %s failed: %s", name, type(exc).__name__)
                 if batch:  # the step runs again what is not stored; an unsealed batch's step goes on
-                    client = ctx.runtime().coord.client
                     mark_failed(client, name, str(batch["id"]))
                     if sealed_batch(client, name, batch) is not None:
                         step = step_signature(app, name, lease, str(batch["id"]))
@@ -259,7 +286,11 @@ def register_evolve(app: Celery, ctx: WorkerContext, chain: list[Middleware]) ->
                     status=str(out.get("status")),
                 )
         done = time.time()
-        key = specs[0].get("suite_key") if specs else None
-        join_step(name, batch, _str(key), lease)
-        timeline.record(kind="join", done=done, end=time.time(), trials=len(specs))
-        return outs[0] if len(outs) == 1 and "specs" not in spec else {"status": "lane", "trials": outs}
+        if outs:
+            join_step(name, batch, key, lease)
+            timeline.record(kind="join", done=done, end=time.time(), trials=len(outs))
+        if queue_id:
+            release_taken(client, name, queue_id, lane)
+        if len(outs) == 1 and "specs" not in spec and not queue_id:
+            return outs[0]
+        return {"status": "lane", "trials": outs}

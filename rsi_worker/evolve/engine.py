@@ -573,11 +573,12 @@ class _Run:
         def candidate(v: str) -> Candidate:
             d = drafts[v]
             edits = tuple(Edit.from_json(e) for e in d.get("edits") or [])
-            if d.get("gate") is None and v in written:  # no trial row before the draft it measures
-                written[v].result()
+            # no trial row before the draft it measures: the smoke's calls start at once, its rows wait
+            # for the draft's store (off the chain: it is written while the smoke's calls run)
+            draft_stored = written[v].result if d.get("gate") is None and v in written else None
             if d.get("gate") is None and "smoke" not in d:
                 t_smoke = time.perf_counter()
-                smoke = self.smoke(t, v, materialize(d["payload"]))
+                smoke = self.smoke(t, v, materialize(d["payload"]), draft_stored)
                 t_stored = time.perf_counter()
                 with lock:
                     d["smoke"] = smoke
@@ -588,6 +589,8 @@ class _Run:
                 self.env.phase(t, f"smoke stored {v}", time.perf_counter() - t_stored)
             if d.get("gate") is not None:
                 return Candidate(v, edits, None, gate_failure=d["gate"], detail=str(d.get("detail") or ""))
+            if draft_stored is not None:
+                draft_stored()
             rows = self.evaluate(t, v, materialize(d["payload"]), self.evolve_ids, p.k, stop=stop, ref=(t, v))
             if rows is None:
                 return Candidate(v, edits, None, gate_failure="pending")
@@ -641,8 +644,12 @@ class _Run:
         self._save_state(state, t, {"decision": record})
         return "adopted" if winner is not None else ("infra" if infra else "kept")
 
-    def smoke(self, t: int, variant: str, harness: Harness) -> dict[str, Any]:
+    def smoke(
+        self, t: int, variant: str, harness: Harness, draft_stored: Callable[[], Any] | None = None
+    ) -> dict[str, Any]:
         """``smoke_n`` evolve tasks (the first of the trial order) at k = 1: no crash, no missing trial.
+        ``draft_stored`` (the draft's write) is waited for before a smoke row is stored, not before its
+        calls start.
 
         **Decision**: the smoke trials are the candidate's own trial-0 slots of those tasks (same seed),
         stored as its trial rows, so a candidate that passes smoke reuses them in its evaluation."""
@@ -655,16 +662,19 @@ class _Run:
             return {"ok": True, "tasks": [], "missing": 0, "detail": ""}
         clients: dict[str, CountingClient] = {}
         tenv = self.trial_env(clients)
+        # a resumed round's stored smoke rows (one read for the smoke's tasks)
+        done = {
+            str(r["world_id"]): str(r["status"])
+            for r in self.store.trials(self.name, t, variant)
+            if r["trial"] == 0 and r["attempt"] == 0
+        }
 
         def one(task: str) -> bool:
-            stored = [
-                r
-                for r in self.store.trials(self.name, t, variant)
-                if r["world_id"] == task and r["trial"] == 0 and r["attempt"] == 0
-            ]
-            if stored:
-                return bool(stored[0]["status"] == "ok")
+            if task in done:
+                return done[task] == "ok"
             values = run_task(tenv, self.suite.task(task), harness, 0)
+            if draft_stored is not None:
+                draft_stored()
             row, _ = self.store.save_trial(self.name, t, variant, task, 0, 0, values)
             return bool(row["status"] == "ok")
 
@@ -826,9 +836,9 @@ def run_trial_spec(
     )
     brief = {"candidate": cand, "task": task, "trial": trial, "attempt": attempt}
     stop = bool(spec.get("stop")) and attempt == 0
-    # the candidate's rows feed the early stop only; without one, the slot's own status is enough (the
-    # rows' JSON — their replays — is not decoded on every trial of a held-out or paper-mode evaluation)
-    rows = env.store.trials(name, t, cand) if stop else []
+    # the candidate's rows feed the early stop only (their tallies: the rows' JSON — their replays — is
+    # never decoded here); without one, the slot's own status is enough
+    rows = env.store.trial_tallies(name, t, cand) if stop else []
     slot = (task, trial, attempt)
     own = (
         [r["status"] for r in rows if (r["world_id"], r["trial"], r["attempt"]) == slot]

@@ -211,6 +211,30 @@ class Store:
         with self._read() as s:
             return [row_json(r) for r in db.evolve_trials(s, name, t, candidate)]
 
+    def trial_tallies(self, name: str, t: int, candidate: str) -> list[dict[str, Any]]:
+        """The candidate's rows as the early stop reads them (:func:`rsi_worker.evolve.evaluation.bounds`):
+        ``world_id, trial, attempt, status, weight`` and ``result.passed`` = round(reward × weight) (a
+        trial's reward is passed / checks, its weight the number of checks), without reading the rows'
+        JSON (their replays) — the read a cluster trial with an early stop makes before it runs."""
+        T = db.EvolveTrialRow
+        with self._read() as s:
+            rows = s.execute(
+                sa.select(T.task_id, T.trial, T.attempt, T.status, T.reward, T.weight)
+                .where(T.evolve == name, T.t == t, T.candidate == candidate)
+                .order_by(T.id)
+            )
+            return [
+                {
+                    "world_id": str(k),
+                    "trial": int(j),
+                    "attempt": int(a),
+                    "status": str(st),
+                    "weight": float(w or 0.0),
+                    "result": {"passed": round(float(r or 0.0) * float(w or 0.0))},
+                }
+                for k, j, a, st, r, w in rows
+            ]
+
     def trial_status(
         self, name: str, t: int, candidate: str, task_id: str, trial: int, attempt: int
     ) -> list[str]:
