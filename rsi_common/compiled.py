@@ -33,7 +33,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "rsi_common.world",
 )
 """The modules the build compiles (the turn checks, docs/performance/turn-checks.md), each after the
-listed modules it imports."""
+listed modules it imports; one per line, as the Makefile reads them."""
 SHARED_LIBRARY = "rsi_common._checks__mypyc"
 """The module name of the build's shared library (mypyc's group ``rsi_common._checks``)."""
 PURE_ENV = "RSI_PURE_PYTHON"

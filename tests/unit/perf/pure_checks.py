@@ -19,14 +19,18 @@ _LEAVES = "|".join(name.rpartition(".")[2] for name in COMPILED_MODULES)
 _IMPORT = re.compile(rf"\brsi_common\.({_LEAVES})\b")
 
 
-def load() -> dict[str, ModuleType]:
-    """``{"rsi_common.world": <its pure copy>, …}`` (loaded once per process)."""
-    if PACKAGE not in sys.modules:
+def load(*extra: str) -> dict[str, ModuleType]:
+    """``{"rsi_common.world": <its pure copy>, …}`` (loaded once per process), and a copy of each
+    ``extra`` module (e.g. ``rsi_common.host_input``) calling the pure copies."""
+    package = sys.modules.get(PACKAGE)
+    if package is None:
         package = ModuleType(PACKAGE)
         package.__path__ = []
         sys.modules[PACKAGE] = package
-        for name in COMPILED_MODULES:  # listed in import order: the copies a module imports exist
-            leaf = name.rpartition(".")[2]
+    names = (*COMPILED_MODULES, *extra)
+    for name in names:  # listed in import order: the copies a module imports exist before it
+        leaf = name.rpartition(".")[2]
+        if f"{PACKAGE}.{leaf}" not in sys.modules:
             path = _ROOT / f"{name.replace('.', '/')}.py"
             module = ModuleType(f"{PACKAGE}.{leaf}")
             module.__file__ = str(path)
@@ -34,4 +38,4 @@ def load() -> dict[str, ModuleType]:
             code = _IMPORT.sub(rf"{PACKAGE}.\1", path.read_text(encoding="utf-8"))
             exec(compile(code, str(path), "exec"), module.__dict__)
             setattr(package, leaf, module)
-    return {name: sys.modules[f"{PACKAGE}.{name.rpartition('.')[2]}"] for name in COMPILED_MODULES}
+    return {name: sys.modules[f"{PACKAGE}.{name.rpartition('.')[2]}"] for name in names}
