@@ -29,7 +29,7 @@ from tests.adversarial import attacks
 from tests.unit.perf import pure_checks
 from tests.unit.perf.test_turn_checks_equiv import _docs, _Host
 
-PURE = pure_checks.load()
+PURE = pure_checks.load("rsi_common.host_input")
 
 
 def _outcome(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[str, str]:
@@ -67,6 +67,30 @@ def test_finalize_world_on_the_hostile_worlds() -> None:
     pure = [_outcome(PURE["rsi_common.world"].finalize_world, doc) for doc in _docs()]
     assert outcomes == pure
     assert sum(o[0] == "ok" for o in outcomes) >= 40 and sum(o[0] != "ok" for o in outcomes) >= 100
+
+
+def test_parse_turn_on_hostile_turns() -> None:
+    """Whole turns through ``parse_turn`` (the world, the trajectory's walk and columns, the signals):
+    the hostile worlds, and random values as trajectory fields and signals."""
+    import rsi_common.host_input as host_input
+
+    def parsed(module: ModuleType) -> Callable[[dict[str, Any]], Any]:
+        def run(turn: dict[str, Any]) -> Any:
+            p = module.parse_turn("agent-1", turn, record_world=True)
+            trajectory = {k: v for k, v in (p.trajectory or {}).items() if k != "trajectory_id"}  # random
+            return [p.io_id, p.world, trajectory, p.signals, p.own_loop]
+        return run
+
+    rng = random.Random(11)
+    outcomes = []
+    for doc in _docs()[:120]:
+        value = _random_value(rng)
+        turn = {"world": doc, "trajectory": {"io_id": doc.get("io_id"), "note": value, "steps": [value]},
+                "signals": rng.choice([{"comment": value}, {"stars": value}, {"criteria": [value]}, None])}
+        want = _outcome(parsed(PURE["rsi_common.host_input"]), turn)
+        assert _outcome(parsed(host_input), turn) == want
+        outcomes.append(want[0])
+    assert outcomes.count("ok") >= 10 and len(outcomes) - outcomes.count("ok") >= 50
 
 
 def _random_value(rng: random.Random, depth: int = 0) -> Any:
