@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 # pytest-xdist processes for `make test` (docs/dev/testing.md); 0 runs the suite in this process.
 PYTEST_WORKERS ?= 2
 # The turn checks compiled with mypyc in place (docs/dev/compiled.md); rebuilt when a source changes.
-# RSI_PURE_PYTHON=1 skips the build, and every process it starts imports the Python source.
+# PURE_PYTHON_CHECKS=1 skips the build, and every process it starts imports the Python source.
 COMPILED_SRC := $(shell sed -n 's/^    "rsi_common\.\([a-z_]*\)",$$/rsi_common\/\1.py/p' rsi_common/compiled.py)
 COMPILED := build/mypyc/.built
 
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 compiled: $(COMPILED)
 
 $(COMPILED): $(STAMP) $(COMPILED_SRC) rsi_common/compiled.py scripts/build_compiled.py
-ifneq ($(RSI_PURE_PYTHON),1)
+ifneq ($(PURE_PYTHON_CHECKS),1)
 	$(PY) scripts/build_compiled.py
 	@touch $(COMPILED)
 endif

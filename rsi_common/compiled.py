@@ -7,7 +7,7 @@ before the ``.py`` of the same name. The source stays the definition; the build 
 gives the same results (a differential test compares the two).
 
 :func:`use_source` (run by the package's ``__init__``) imports every listed module from its ``.py``
-instead when ``RSI_PURE_PYTHON=1``, when no build is present, or when any listed source is newer
+instead when ``PURE_PYTHON_CHECKS=1``, when no build is present, or when any listed source is newer
 than the build (an edited checkout must never run stale compiled code): all of them or none, since
 compiled modules call each other natively.
 """
@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 __all__ = ["COMPILED_MODULES", "PURE_ENV", "SHARED_LIBRARY", "build_is_current", "is_compiled",
-           "use_source"]
+           "use_source", "using_source"]
 
 COMPILED_MODULES: tuple[str, ...] = (
     "rsi_common.boundary",
@@ -36,8 +36,9 @@ COMPILED_MODULES: tuple[str, ...] = (
 listed modules it imports; one per line, as the Makefile reads them."""
 SHARED_LIBRARY = "rsi_common._checks__mypyc"
 """The module name of the build's shared library (mypyc's group ``rsi_common._checks``)."""
-PURE_ENV = "RSI_PURE_PYTHON"
-"""Set to ``1`` to import the Python source of every compiled module."""
+PURE_ENV = "PURE_PYTHON_CHECKS"
+"""Set to ``1`` to import the Python source of every compiled module (not an ``RSI_*`` variable:
+the settings refuse unknown ones)."""
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -75,9 +76,15 @@ def use_source() -> bool:
     whether the Python source is used. Idempotent."""
     if os.environ.get(PURE_ENV) != "1" and build_is_current():
         return False
-    if not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
+    if not using_source():
         sys.meta_path.insert(0, _SourceFinder())
     return True
+
+
+def using_source() -> bool:
+    """Whether this process imports the listed modules from their source (:func:`use_source` chose
+    so when the package was imported)."""
+    return any(isinstance(f, _SourceFinder) for f in sys.meta_path)
 
 
 def is_compiled(module: ModuleType) -> bool:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ["RSI_PURE_PYTHON"] = "1"  # this script imports the package, never a build it replaces
+os.environ["PURE_PYTHON_CHECKS"] = "1"  # this script imports the package, never a build it replaces
 
 from rsi_common.compiled import COMPILED_MODULES, SHARED_LIBRARY  # noqa: E402
 

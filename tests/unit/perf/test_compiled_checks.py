@@ -14,7 +14,6 @@ import copy
 import importlib
 import json
 import math
-import os
 import random
 from collections.abc import Callable
 from types import ModuleType
@@ -23,7 +22,7 @@ from typing import Any
 import pytest
 
 from rsi_common import boundary, credentials, world
-from rsi_common.compiled import COMPILED_MODULES, PURE_ENV, build_is_current, is_compiled
+from rsi_common.compiled import COMPILED_MODULES, PURE_ENV, build_is_current, is_compiled, using_source
 from rsi_common.errors import WorldLimitError
 from tests.adversarial import attacks
 from tests.unit.perf import pure_checks
@@ -51,12 +50,13 @@ def _both(module: str, name: str, *args: Any, **kwargs: Any) -> None:
 
 def test_the_compiled_modules_are_imported_when_built() -> None:
     """With a current build (``make``) every listed module comes from its extension, unless
-    ``RSI_PURE_PYTHON=1``; the pure copy never does."""
+    ``PURE_PYTHON_CHECKS=1``; the pure copy never does."""
     imported = {name: is_compiled(importlib.import_module(name)) for name in COMPILED_MODULES}
     assert not any(is_compiled(m) for m in PURE.values())
-    if os.environ.get(PURE_ENV) == "1" or not build_is_current():
+    if using_source():
         assert not any(imported.values()), imported  # all or none: never a stale or partial build
-        pytest.skip("no current compiled build (make compiled): the Python source runs")
+        pytest.skip(f"{PURE_ENV}=1 or no current compiled build (make compiled): the source runs")
+    assert build_is_current()
     assert all(imported.values()), imported
 
 
