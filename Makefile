@@ -5,17 +5,29 @@ STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 # pytest-xdist processes for `make test` (docs/dev/testing.md); 0 runs the suite in this process.
 PYTEST_WORKERS ?= 2
+# The turn checks compiled with mypyc in place (docs/dev/compiled.md); rebuilt when a source changes.
+# PURE_PYTHON_CHECKS=1 skips the build, and every process it starts imports the Python source.
+COMPILED_SRC := $(shell sed -n 's/^    "rsi_common\.\([a-z_]*\)",$$/rsi_common\/\1.py/p' rsi_common/compiled.py)
+COMPILED := build/mypyc/.built
 
-.PHONY: demo test lint typecheck venv clean
+.PHONY: demo test lint typecheck venv compiled clean
 
-venv: $(STAMP)
+venv: $(STAMP) $(COMPILED)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
-demo: $(STAMP)
+compiled: $(COMPILED)
+
+$(COMPILED): $(STAMP) $(COMPILED_SRC) rsi_common/compiled.py scripts/build_compiled.py
+ifneq ($(PURE_PYTHON_CHECKS),1)
+	$(PY) scripts/build_compiled.py
+	@touch $(COMPILED)
+endif
+
+demo: $(STAMP) $(COMPILED)
 	$(VENV)/bin/rsi demo --fresh
 
 lint: $(STAMP)
@@ -24,7 +36,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(PY) -m mypy rsi_common rsi_worker
 
-test: $(STAMP)
+test: $(STAMP) $(COMPILED)
 	scripts/provision.sh
 	$(PY) -m ruff check .
 	$(PY) -m mypy rsi_common rsi_worker
@@ -34,4 +46,5 @@ test: $(STAMP)
 	scripts/pytest.sh $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .rsi .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .rsi .pytest_cache .mypy_cache .ruff_cache build
+	rm -f rsi_common/*.so

@@ -2,11 +2,16 @@
 
 ``from rsi_common import Agent`` is the host's easy path (docs/host/agent.md). The attribute is
 loaded on first use, so importing any other module of the package stays as light as before.
+The turn checks run compiled when built, else from their source (:mod:`rsi_common.compiled`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from rsi_common.compiled import use_source
+
+use_source()  # the turn checks' Python source unless a current compiled build is present
 
 if TYPE_CHECKING:
     from rsi_common.agent import Agent

@@ -183,9 +183,10 @@ class Scan:
     defects: list[Defect]
 
 
-_BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_LABEL_BAD = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
+_SURROGATES = f"{chr(0xD800)}-{chr(0xDFFF)}"  # no surrogate literal: mypyc refuses one (docs/dev/compiled.md)
+_BAD_CHARS = re.compile(f"[\x00{_SURROGATES}]")
+_SURROGATE = re.compile(f"[{_SURROGATES}]")
+_LABEL_BAD = re.compile(f"[\x00-\x1f\x7f{_SURROGATES}]")
 _SAFE_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,31}")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]*")
 _ESCAPE = re.compile(r"\\.", re.DOTALL)
@@ -279,8 +280,9 @@ def _link_path(path: str, where: Any) -> str:
     while where is not None:
         where, key, index = where
         links.append((key, index))
-    for key, index in reversed(links):
-        path = f"{path}[{index}]" if key is None else _key_path(path, key, index)
+    links.reverse()  # (not reversed(): mypyc cannot compile that loop, docs/dev/compiled.md)
+    for link_key, link_index in links:
+        path = f"{path}[{link_index}]" if link_key is None else _key_path(path, link_key, link_index)
     return path
 
 

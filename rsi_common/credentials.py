@@ -377,7 +377,8 @@ def _render(where: Any) -> str:
         where, kind, item = where
         parts.append((kind, item))
     out = where
-    for kind, item in reversed(parts):
+    parts.reverse()  # (not reversed(): mypyc cannot compile that loop, docs/dev/compiled.md)
+    for kind, item in parts:
         if kind:
             out = f"{out}[{item}]"
         elif out:

@@ -117,7 +117,7 @@ def _path(loc: Sequence[Any]) -> str:
     return out or "<world>"
 
 
-def world_bytes(world: Mapping[str, Any]) -> int:
+def world_bytes(world: Mapping[Any, Any]) -> int:
     """UTF-8 length of ``json.dumps(world without "bytes", ensure_ascii=False, separators=(",", ":"))``."""
     body = {k: v for k, v in world.items() if k != "bytes"}
     return len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
@@ -313,7 +313,8 @@ def _render(where: Any) -> str:
         where, part = where
         parts.append(part)
     out = ""
-    for part in reversed(parts):
+    parts.reverse()  # (not reversed(): mypyc cannot compile that loop, docs/dev/compiled.md)
+    for part in parts:
         if isinstance(part, int):
             out = f"{out}[{part}]"
         else:
@@ -370,11 +371,11 @@ def _validate(obj: Any, *, prepared: bool = False) -> dict[str, Any]:
 
 def _prepare(data: Mapping[str, Any]) -> dict[str, Any]:
     """JSON safety, metadata rules, kwargs and defs filtering (before validation)."""
-    raw = dict(data)
+    raw: dict[Any, Any] = dict(data)  # keys of any type (Any: compiled code checks declared types)
     return _prepared(raw, _jsonable({k: v for k, v in raw.items() if k != "bytes"}, metadata=False))
 
 
-def _prepared(raw: dict[str, Any], w: dict[str, Any], *, plain: bool = False) -> dict[str, Any]:
+def _prepared(raw: dict[Any, Any], w: dict[str, Any], *, plain: bool = False) -> dict[str, Any]:
     """:func:`_prepare` after the JSON-safe copy ``w`` of ``raw`` (without ``bytes``) was made.
 
     ``plain``: ``w`` was made by :func:`_copy_checked`, so every tool definition that is a dict is
@@ -466,7 +467,7 @@ def _prepare_checked(data: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
     for plain JSON (:func:`_copy_checked`); anything else through the three steps one by one, which
     raise what they always raised. Returns the prepared copy and whether an image was replaced."""
     if type(data) is dict and not isinstance(data.get("bytes"), (Mapping, list, tuple)):
-        raw = dict(data)
+        raw: dict[Any, Any] = dict(data)  # keys of any type (as in _prepare)
         images = [False]
         try:
             body = _copy_checked({k: v for k, v in raw.items() if k != "bytes"}, 1, images)
@@ -487,8 +488,10 @@ def _chunk(c: Any) -> Any:
     if not isinstance(c, dict):
         return c
     score: Any = c.get("relevance_score")
-    text = {k: v if isinstance(v, str) else ("" if v is None else str(v))
-            for k, v in ((k, c.get(k)) for k in ("key", "source", "content"))}
+    text: dict[str, str] = {}
+    for k in ("key", "source", "content"):
+        v = c.get(k)
+        text[k] = v if isinstance(v, str) else ("" if v is None else str(v))
     if not (isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score)):
         score = None
     return {**text, "relevance_score": None if score is None else float(score),
@@ -587,7 +590,7 @@ def text_of(x: Any) -> str:
         return ""
     if isinstance(x, list):
         skip = ("tool_use", "tool_result", "thinking")
-        texts = (text_of(i) for i in x if not (isinstance(i, Mapping) and i.get("type") in skip))
+        texts = [text_of(i) for i in x if not (isinstance(i, Mapping) and i.get("type") in skip)]
         return "\n".join(t for t in texts if t)
     return ""
 

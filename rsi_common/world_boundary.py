@@ -198,7 +198,8 @@ def guard_world(w: dict[str, Any]) -> list[Defect]:
         "input": lambda d: g.field(d, "input", "input", 2, MAX_INPUT_BYTES),
         "memory": lambda d: g.field(d, "memory", "memory", 2, MAX_MEMORY_BYTES),
     }
-    for i, key in enumerate(list(w)):
+    keys: list[Any] = list(w)  # not str: a key of another type must reach key_segment, not a type check
+    for i, key in enumerate(keys):
         value = w[key]
         if key in WORLD_IDS:
             _id(value, key)
