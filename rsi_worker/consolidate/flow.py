@@ -179,7 +179,7 @@ def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
         InvalidInput: ``kind`` is empty or too long (nothing is written).
     """
     refining = is_refine_io(lease.io)  # a refine never takes the quiet path (docs/runtime/refine.md)
-    decided = None if refining else quiet.decide(deps, lease, force=force, kind=kind)  # one read
+    decided = None if refining else quiet.decide_and_record(deps, lease, force=force, kind=kind)  # one read
     if decided is not None:
         return decided
     ctx, running = open_row(deps, lease, force=force, kind=kind)

@@ -48,11 +48,13 @@ import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine, RootTransaction
+from sqlalchemy.exc import OperationalError
 
 from rsi_common.coord import Lease
 from rsi_common.db import retain_runs
 from rsi_common.db.runs import new_run_id
+from rsi_common.db.write_turn import stale_snapshot, take_write_turn
 from rsi_common.harness import H0_VERSION
 from rsi_common.stored import StoredDataError
 from rsi_worker.consolidate.context import Deps, RoundContext
@@ -73,7 +75,7 @@ from rsi_worker.consolidate.state import EMPTY_DIGEST, ConsolidationState
 from rsi_worker.consolidate.worlds import PoolWorld, WorldPool, needs_answer
 
 __all__ = ["ANSWERS_MEMO_MAX", "RUN_RETENTION_EVERY", "STATES_MEMO_MAX", "AgentHead", "QuietRun", "decide",
-           "record"]
+           "decide_and_record", "record"]
 
 
 class AgentHead(NamedTuple):
@@ -105,6 +107,8 @@ class QuietRun:
     kind: str
     t0: float
     """``time.monotonic()`` at the task's start."""
+    written: bool = False
+    """The run row is written already (:func:`decide_and_record`: in the read's transaction)."""
 
 
 def _engine(deps: Deps) -> Engine:
@@ -125,66 +129,113 @@ def decide(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_CO
     """The run of ``lease`` decided from one read when it has nothing to learn: a ``final``
     ``recorded`` :class:`Next` carrying a :class:`QuietRun` (nothing written yet; :func:`record` writes
     it), or ``None`` — the full path must run (module docstring)."""
+    return _decide(deps, lease, force=force, kind=kind, write=False)
+
+
+def decide_and_record(deps: Deps, lease: Lease, *, force: bool = False,
+                      kind: str = KIND_CONSOLIDATE) -> Next | None:
+    """:func:`decide`, and on SQLite the run row written in the read's own transaction
+    (:func:`_write_in_read`: one transaction); ``flow.open_run`` calls this. Returns ``None`` (the full
+    path must run), ``stop`` (a run row appeared at the fence: a duplicate delivery owns the run;
+    nothing written), or the ``final`` outcome: written already (``QuietRun.written``) or — another
+    backend, a stale snapshot — left to :func:`record`, which writes the same row."""
+    return _decide(deps, lease, force=force, kind=kind, write=True)
+
+
+def _decide(deps: Deps, lease: Lease, *, force: bool, kind: str, write: bool) -> Next | None:
     t0 = time.monotonic()
     if force or not isinstance(kind, str) or not 0 < len(kind) <= MAX_KIND_CHARS:
         return None
     ctx = RoundContext(run_id=new_run_id(), agent_id=lease.agent, fence=lease.fence, token=lease.token,
                        io_id=lease.io, early_stop=deps.params.early_stop)
+    engine = _engine(deps)
     renewing = send_renewal(deps, lease)  # answered while the read runs
-    try:
-        read = _read(deps, lease, ctx, t0)
-    except BaseException:
-        discard(deps, renewing)
-        raise
-    if read is None:
-        discard(deps, renewing)
-        return None
-    nxt, row, state = read
-    renewed, capped = renewal(deps, renewing)  # one Redis round trip, sent before the read
-    if capped is not None or not renewed:
-        return None
-    nxt.quiet = QuietRun(state.to_json() if state.set_seen(ctx.digests, ctx.loaded) else None,
-                         int(row.applied_fence), kind, t0)
+    with engine.connect().execution_options(**_SNAPSHOT.get(engine.dialect.name, {})) as conn:
+        txn = conn.begin()
+        try:
+            read = _read(deps, lease, ctx, t0, conn)
+        except BaseException:
+            discard(deps, renewing)
+            raise
+        if read is None:
+            txn.commit()  # end the read
+            discard(deps, renewing)
+            return None
+        nxt, row, state = read
+        if not (write and engine.dialect.name == "sqlite"):
+            txn.commit()  # end the read before the renewal's answer (no snapshot held)
+        renewed, capped = renewal(deps, renewing)  # one Redis round trip, sent before the read
+        if capped is not None or not renewed:
+            return None  # a read transaction still open is rolled back on leaving
+        nxt.quiet = q = QuietRun(state.to_json() if state.set_seen(ctx.digests, ctx.loaded) else None,
+                                 int(row.applied_fence), kind, t0)
+        if txn.is_active:
+            written = _write_in_read(deps, nxt, conn, txn)
+            if written is False:
+                return Next("stop", ctx)  # a duplicate delivery's row: that delivery owns the run
+            q.written = bool(written)
     return nxt
 
 
-def _read(deps: Deps, lease: Lease, ctx: RoundContext,
-          t0: float) -> tuple[Next, AgentHead, ConsolidationState] | None:
-    """:func:`decide`'s read transaction and decision: the ``recorded`` outcome with the agent row and
-    its state, or ``None`` (the full path must run)."""
+def _write_in_read(deps: Deps, nxt: Next, conn: Connection, txn: RootTransaction) -> bool | None:
+    """The run row written in the read transaction ``txn`` (SQLite): the engine's write turn taken for
+    it (``rsi_common.db.write_turn``), then :func:`_write`. SQLite upgrades the read to a write only when
+    no other connection committed since the read's snapshot, so what was read and decided is what the
+    database holds when the row is stored. ``True``: written and committed; ``False``: a run row at the
+    fence (rolled back, nothing written); ``None``: the snapshot was stale (rolled back, nothing
+    written: :func:`record` writes the row in a transaction of its own, re-reading the agent under the
+    lock if it changed)."""
+    take_write_turn(conn)
+    try:
+        written = _write(deps, nxt, conn)
+    except OperationalError as exc:
+        if not stale_snapshot(exc):
+            raise
+        txn.rollback()
+        return None
+    if written is None:
+        txn.rollback()
+        return False
+    txn.commit()
+    return True
+
+
+def _read(deps: Deps, lease: Lease, ctx: RoundContext, t0: float,
+          conn: Connection) -> tuple[Next, AgentHead, ConsolidationState] | None:
+    """:func:`decide`'s reads and decision on ``conn``, in its read transaction: the ``recorded``
+    outcome with the agent row and its state, or ``None`` (the full path must run)."""
     params = deps.params
-    engine = _engine(deps)
-    with engine.connect().execution_options(**_SNAPSHOT.get(engine.dialect.name, {})) as conn, conn.begin():
-        found = rows(conn, "agent", {"agent_id": lease.agent, "fence": lease.fence})
-        if not found:
-            return None
-        row = AgentHead._make(found[0])
-        if row.frozen or row.opened or int(row.applied_fence) >= lease.fence:
-            return None
-        try:
-            state = _state(lease.agent, row.state)
-        except (StoredDataError, ValueError):  # an unreadable state: the full path reports it
-            return None
-        n = max(0, params.world_pool)
-        heads = pool_window(engine.url, lease.agent, n, row,
-                            full=lambda: rows(conn, "pool", {"agent_id": lease.agent, "n": n}),
-                            changed=lambda since: rows(conn, "changed", {"agent_id": lease.agent,
-                                                                         "since": since}))
-        pool = WorldPool(conn, heads)
-        worlds = pool.usable()
-        if not worlds:
-            return None
-        ctx.start_version = row.current_version
-        ctx.inc_version = ctx.start_version or H0_VERSION
-        ctx.t = state.t
-        latest = next((w for w in worlds if w.io_id == (lease.io or "")), None)
-        ctx.latest = latest.id if latest else None
-        ctx.provider, ctx.model = _policy(worlds, latest, deps)
-        if unread_pairs(worlds, ctx.latest or "", params.signal_pairs):
-            return None
-        worlds, fresh = _survey_stored(ctx, state, pool)
-        nxt = _nothing_to_learn(ctx, worlds, fresh, t0, scored_by=lambda w: _scored(w, pool))
-        ctx.skipped_worlds = dict(pool.skipped)
+    engine = conn.engine
+    found = rows(conn, "agent", {"agent_id": lease.agent, "fence": lease.fence})
+    if not found:
+        return None
+    row = AgentHead._make(found[0])
+    if row.frozen or row.opened or int(row.applied_fence) >= lease.fence:
+        return None
+    try:
+        state = _state(lease.agent, row.state)
+    except (StoredDataError, ValueError):  # an unreadable state: the full path reports it
+        return None
+    n = max(0, params.world_pool)
+    heads = pool_window(engine.url, lease.agent, n, row,
+                        full=lambda: rows(conn, "pool", {"agent_id": lease.agent, "n": n}),
+                        changed=lambda since: rows(conn, "changed", {"agent_id": lease.agent,
+                                                                     "since": since}))
+    pool = WorldPool(conn, heads)
+    worlds = pool.usable()
+    if not worlds:
+        return None
+    ctx.start_version = row.current_version
+    ctx.inc_version = ctx.start_version or H0_VERSION
+    ctx.t = state.t
+    latest = next((w for w in worlds if w.io_id == (lease.io or "")), None)
+    ctx.latest = latest.id if latest else None
+    ctx.provider, ctx.model = _policy(worlds, latest, deps)
+    if unread_pairs(worlds, ctx.latest or "", params.signal_pairs):
+        return None
+    worlds, fresh = _survey_stored(ctx, state, pool)
+    nxt = _nothing_to_learn(ctx, worlds, fresh, t0, scored_by=lambda w: _scored(w, pool))
+    ctx.skipped_worlds = dict(pool.skipped)
     return None if nxt is None else (nxt, row, state)
 
 
@@ -267,11 +318,28 @@ def _seen_state(start: Any, ctx: RoundContext) -> dict[str, Any] | None:
 
 
 def record(deps: Deps, nxt: Next) -> ConsolidationResult | None:
-    """Write the quiet run of ``nxt`` (module docstring) in one transaction; returns the result as
+    """Write the quiet run of ``nxt`` (module docstring) in one transaction, unless
+    :func:`decide_and_record` wrote it already in its read's transaction; returns the result as
     written (``interrupted`` when a newer fence was applied meanwhile), or ``None`` when a run row
     appeared at the fence meanwhile (nothing written: that delivery owns the run).
 
     The caller then closes the lease (``finalize``'s lease handling)."""
+    q = nxt.quiet
+    assert isinstance(q, QuietRun) and nxt.result is not None
+    if q.written:
+        return nxt.result
+    with _engine(deps).connect() as conn, conn.begin() as txn:
+        written = _write(deps, nxt, conn)
+        if written is None:
+            txn.rollback()
+    return written
+
+
+def _write(deps: Deps, nxt: Next, conn: Connection) -> ConsolidationResult | None:
+    """The quiet run's statements on ``conn``, in its write transaction: the fenced compare-and-swap on
+    the agent (a re-read under the lock when it finds the agent written meanwhile) and the finished run
+    row, then the run retention on every :data:`RUN_RETENTION_EVERY`-th fence. Returns the result as
+    written, or ``None`` when a run row exists at the fence (the caller rolls back: nothing stored)."""
     q, ctx, result = nxt.quiet, nxt.ctx, nxt.result
     assert isinstance(q, QuietRun) and result is not None
     result.usage = dict(ctx.usage)
@@ -279,29 +347,27 @@ def record(deps: Deps, nxt: Next) -> ConsolidationResult | None:
     if ctx.skipped_worlds and not result.skipped_worlds:
         result.skipped_worlds = dict(ctx.skipped_worlds)
     state = q.state
-    sql = statements(_engine(deps).dialect.name)
-    with _engine(deps).connect() as conn, conn.begin() as txn:
-        keys = {"agent_id": ctx.agent_id, "new_fence": ctx.fence}
-        # a key named like a column is SET by an UPDATE: ``state`` only where it changes
-        swapped = count(conn, "swap", {**keys, "expected": q.applied_fence}) if state is None \
-            else count(conn, "swap_state", {**keys, "expected": q.applied_fence, "state": state})
-        if not swapped:  # written meanwhile (rare): re-read under the lock
-            fresh = conn.execute(sql.relock, keys).one()
-            if int(fresh.applied_fence) >= ctx.fence:
-                result.status, result.reason, result.state = "interrupted", "superseded", None
-            else:
-                state = _seen_state(fresh.state, ctx)
-                conn.execute(sql.merge, keys) if state is None else \
-                    conn.execute(sql.merge_state, {**keys, "state": state})
-        result.state = state if result.status != "interrupted" else None
-        result.seconds = time.monotonic() - q.t0
-        inserted = count(conn, "insert", {
-            **keys, "run_id": ctx.run_id, "kind": q.kind, "io_id": ctx.io_id, "status": result.status,
-            "reason": result.reason, "start_version": ctx.start_version, "params": ctx.to_json(),
-            "result": result.summary()})
-        if not inserted:
-            txn.rollback()
-            return None
-        if ctx.fence % RUN_RETENTION_EVERY == 0:
-            retain_runs(conn, ctx.agent_id, deps.settings.run_retention)
+    sql = statements(conn.dialect.name)
+    keys = {"agent_id": ctx.agent_id, "new_fence": ctx.fence}
+    # a key named like a column is SET by an UPDATE: ``state`` only where it changes
+    swapped = count(conn, "swap", {**keys, "expected": q.applied_fence}) if state is None \
+        else count(conn, "swap_state", {**keys, "expected": q.applied_fence, "state": state})
+    if not swapped:  # written meanwhile (rare): re-read under the lock
+        fresh = conn.execute(sql.relock, keys).one()
+        if int(fresh.applied_fence) >= ctx.fence:
+            result.status, result.reason, result.state = "interrupted", "superseded", None
+        else:
+            state = _seen_state(fresh.state, ctx)
+            conn.execute(sql.merge, keys) if state is None else \
+                conn.execute(sql.merge_state, {**keys, "state": state})
+    result.state = state if result.status != "interrupted" else None
+    result.seconds = time.monotonic() - q.t0
+    inserted = count(conn, "insert", {
+        **keys, "run_id": ctx.run_id, "kind": q.kind, "io_id": ctx.io_id, "status": result.status,
+        "reason": result.reason, "start_version": ctx.start_version, "params": ctx.to_json(),
+        "result": result.summary()})
+    if not inserted:
+        return None
+    if ctx.fence % RUN_RETENTION_EVERY == 0:
+        retain_runs(conn, ctx.agent_id, deps.settings.run_retention)
     return result
