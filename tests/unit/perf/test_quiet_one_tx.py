@@ -93,7 +93,7 @@ def test_one_transaction_stores_the_row_of_the_two_transaction_write(stack: Stac
     assert one == two
     assert [r[1] for r in one] == ["no turn has a signal to learn from yet",
                                    "new signals only confirm the current answers",
-                                   "no new correction or problem to fix", "no new correction or problem to fix"]
+                                   *["no new correction or problem to fix"] * 2]
     assert sorted(stack.state("shop").seen.values()) == sorted(stack.state("twin").seen.values())
 
 
