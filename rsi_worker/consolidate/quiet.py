@@ -68,6 +68,7 @@ from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.pool_memo import pool_window
 from rsi_worker.consolidate.quiet_lease import discard, renewal, send_renewal
 from rsi_worker.consolidate.quiet_sql import count, rows, statements
+from rsi_worker.consolidate.quiet_worlds import NeedsRecord, remembered
 from rsi_worker.consolidate.result import ConsolidationResult
 from rsi_worker.consolidate.signals import checks_for, unread_pairs
 from rsi_worker.consolidate.spend import spend_summary
@@ -221,22 +222,39 @@ def _read(deps: Deps, lease: Lease, ctx: RoundContext, t0: float,
                         full=lambda: rows(conn, "pool", {"agent_id": lease.agent, "n": n}),
                         changed=lambda since: rows(conn, "changed", {"agent_id": lease.agent,
                                                                      "since": since}))
-    pool = WorldPool(conn, heads)
-    worlds = pool.usable()
-    if not worlds:
-        return None
     ctx.start_version = row.current_version
     ctx.inc_version = ctx.start_version or H0_VERSION
     ctx.t = state.t
+    memo = remembered(heads)
+    try:  # the remembered worlds, until a record is needed (quiet_worlds)
+        nxt = None if memo is None else _survey_pool(deps, lease, ctx, state, memo, t0)
+    except NeedsRecord:
+        memo = None
+    if memo is None:
+        nxt = _survey_pool(deps, lease, ctx, state, WorldPool(conn, heads), t0)
+    return None if nxt is None else (nxt, row, state)
+
+
+def _survey_pool(deps: Deps, lease: Lease, ctx: RoundContext, state: ConsolidationState, pool: WorldPool,
+                 t0: float) -> Next | None:
+    """The decision on ``pool``'s worlds: the ``recorded`` outcome, or ``None`` (the full path must run).
+
+    Raises:
+        NeedsRecord: ``pool`` is a :class:`~rsi_worker.consolidate.quiet_worlds.RememberedPool` and a
+            world's record is needed (nothing of the decision is kept: it is taken again).
+    """
+    worlds = pool.usable()
+    if not worlds:
+        return None
     latest = next((w for w in worlds if w.io_id == (lease.io or "")), None)
     ctx.latest = latest.id if latest else None
     ctx.provider, ctx.model = _policy(worlds, latest, deps)
-    if unread_pairs(worlds, ctx.latest or "", params.signal_pairs):
+    if unread_pairs(worlds, ctx.latest or "", deps.params.signal_pairs):
         return None
     worlds, fresh = _survey_stored(ctx, state, pool)
     nxt = _nothing_to_learn(ctx, worlds, fresh, t0, scored_by=lambda w: _scored(w, pool))
     ctx.skipped_worlds = dict(pool.skipped)
-    return None if nxt is None else (nxt, row, state)
+    return nxt
 
 
 STATES_MEMO_MAX = 64
