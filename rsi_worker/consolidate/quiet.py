@@ -66,6 +66,7 @@ from rsi_worker.consolidate.opening import (
 )
 from rsi_worker.consolidate.outcome import Next
 from rsi_worker.consolidate.pool_memo import pool_window
+from rsi_worker.consolidate.quiet_json import context_json
 from rsi_worker.consolidate.quiet_lease import discard, renewal, send_renewal
 from rsi_worker.consolidate.quiet_sql import count, rows, statements
 from rsi_worker.consolidate.quiet_worlds import NeedsRecord, remembered
@@ -382,7 +383,7 @@ def _write(deps: Deps, nxt: Next, conn: Connection) -> ConsolidationResult | Non
     result.seconds = time.monotonic() - q.t0
     inserted = count(conn, "insert", {
         **keys, "run_id": ctx.run_id, "kind": q.kind, "io_id": ctx.io_id, "status": result.status,
-        "reason": result.reason, "start_version": ctx.start_version, "params": ctx.to_json(),
+        "reason": result.reason, "start_version": ctx.start_version, "params": context_json(ctx),
         "result": result.summary()})
     if not inserted:
         return None
