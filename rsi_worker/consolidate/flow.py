@@ -172,7 +172,8 @@ def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
 
     ``force`` / ``kind``: see :func:`~rsi_worker.consolidate.opening.open_row`.
 
-    Returns ``stop`` (a redelivery of a closed run), a final ``Next`` or the incumbent's ``trials``.
+    Returns ``stop`` (a redelivery of a closed run, or a no-signal run that found a duplicate
+    delivery's row at its fence), a final ``Next`` or the incumbent's ``trials``.
 
     Raises:
         LeaseLost: the lease was not held any more.

@@ -15,6 +15,13 @@ re-reads). Here instead:
    fence [, state] WHERE applied_fence = <as read>``) and the finished run row (``INSERT … ON CONFLICT
    (agent_id, fence) DO NOTHING``) with its context, result and reason — the audit trail of the full
    path in one row. The run retention runs on every :data:`RUN_RETENTION_EVERY`-th fence of the agent.
+   On SQLite (:func:`decide_and_record`, what ``flow.open_run`` calls) this write is made in the read's
+   own transaction: the engine's write turn is taken for it after the decision and the renewal's answer
+   (``rsi_common.db.write_turn``), and SQLite turns the read into the write only when no other
+   connection committed since the read's snapshot — then what was read is what is written over; else
+   the first write fails at once (``SQLITE_BUSY_SNAPSHOT``), nothing is written, and the write runs in
+   a transaction of its own (:func:`record`) with the rules below. One transaction, and no write lock
+   during the reads or the decision.
 
 The fast path declines (``None``: the caller takes the full path, which decides exactly as before)
 when anything is out of the ordinary: a forced run, an unknown or frozen agent, a run row at the
@@ -29,12 +36,14 @@ everything back and the run is left to that delivery (``stop``).
 The row is written once, at the end: ``started_at`` = ``finished_at`` (the database clock) and the
 task's own time is ``result.seconds``.
 
-Both transactions run on a plain connection of the engine with statements built once per dialect
+The transactions run on a plain connection of the engine with statements built once per dialect
 (:mod:`rsi_worker.consolidate.quiet_sql`; driver SQL on SQLite), whether an accepted world's answer is
 blank is read once per process (:func:`_scored`) and a state text is decoded once per process
 (:func:`_state`), and the pool window is remembered per process with only the rows changed since read
 (:mod:`~rsi_worker.consolidate.pool_memo`, one snapshot: ``REPEATABLE READ`` on PostgreSQL): the steady
-run reads the agent and the pool's changed rows only. The lease renewal and the spend
+run reads the agent and the pool's changed rows only. The pool's worlds are built once per row and
+process (:mod:`~rsi_worker.consolidate.quiet_worlds`), and the row's context is joined from remembered
+per-world pieces (:mod:`~rsi_worker.consolidate.quiet_json`). The lease renewal and the spend
 read are one Redis script call (``spend.renew_over_cap``'s), sent before the read transaction and
 answered after the decision (:mod:`~rsi_worker.consolidate.quiet_lease`: Redis answers while SQLite
 reads), the lease's ``finish`` the other; both on :mod:`rsi_common.coord_wire` where the client allows.
