@@ -62,6 +62,7 @@ from sqlalchemy.exc import OperationalError
 
 from rsi_common.coord import Lease
 from rsi_common.db import retain_runs
+from rsi_common.db.engine import EncodedJSON
 from rsi_common.db.runs import new_run_id
 from rsi_common.db.write_turn import stale_snapshot, take_write_turn
 from rsi_common.harness import H0_VERSION
@@ -196,9 +197,10 @@ def _write_in_read(deps: Deps, nxt: Next, conn: Connection, txn: RootTransaction
     fence (rolled back, nothing written); ``None``: the snapshot was stale (rolled back, nothing
     written: :func:`record` writes the row in a transaction of its own, re-reading the agent under the
     lock if it changed)."""
+    params = context_json(nxt.ctx)  # encoded before the write turn, which then holds the statements only
     take_write_turn(conn)
     try:
-        written = _write(deps, nxt, conn)
+        written = _write(deps, nxt, conn, params)
     except OperationalError as exc:
         if not stale_snapshot(exc):
             raise
@@ -363,11 +365,14 @@ def record(deps: Deps, nxt: Next) -> ConsolidationResult | None:
     return written
 
 
-def _write(deps: Deps, nxt: Next, conn: Connection) -> ConsolidationResult | None:
+def _write(deps: Deps, nxt: Next, conn: Connection,
+           params: EncodedJSON | None = None) -> ConsolidationResult | None:
     """The quiet run's statements on ``conn``, in its write transaction: the fenced compare-and-swap on
     the agent (a re-read under the lock when it finds the agent written meanwhile) and the finished run
-    row, then the run retention on every :data:`RUN_RETENTION_EVERY`-th fence. Returns the result as
-    written, or ``None`` when a run row exists at the fence (the caller rolls back: nothing stored)."""
+    row, then the run retention on every :data:`RUN_RETENTION_EVERY`-th fence. ``params``: the run's
+    context encoded already (:func:`~rsi_worker.consolidate.quiet_json.context_json`; else encoded
+    here). Returns the result as written, or ``None`` when a run row exists at the fence (the caller
+    rolls back: nothing stored)."""
     q, ctx, result = nxt.quiet, nxt.ctx, nxt.result
     assert isinstance(q, QuietRun) and result is not None
     result.usage = dict(ctx.usage)
@@ -392,7 +397,8 @@ def _write(deps: Deps, nxt: Next, conn: Connection) -> ConsolidationResult | Non
     result.seconds = time.monotonic() - q.t0
     inserted = count(conn, "insert", {
         **keys, "run_id": ctx.run_id, "kind": q.kind, "io_id": ctx.io_id, "status": result.status,
-        "reason": result.reason, "start_version": ctx.start_version, "params": context_json(ctx),
+        "reason": result.reason, "start_version": ctx.start_version,
+        "params": context_json(ctx) if params is None else params,
         "result": result.summary()})
     if not inserted:
         return None
