@@ -318,6 +318,9 @@ ANSWERS_MEMO_MAX = 4096
 is emptied when it holds more."""
 
 _ANSWERED: dict[str, bool] = {}
+_CHECKED: dict[str, tuple[dict[str, Any], bool]] = {}
+"""World id → the signals object of its remembered world and whether they define a check without the
+answer: the same object (never changed: ``quiet_worlds``) gives the same answer; another one is checked."""
 
 
 def _scored(w: PoolWorld, pool: WorldPool) -> bool:
@@ -325,11 +328,19 @@ def _scored(w: PoolWorld, pool: WorldPool) -> bool:
     its answer only when its signals accept it (``needs_answer``), and then depend on the answer only
     through whether it is blank. A world's record is never rewritten (its id is new for every
     stored turn), so whether its answer is blank is remembered by world id; a record that fails its
-    check (the world is skipped, its answer reads as blank) is not remembered."""
+    check (the world is skipped, its answer reads as blank) is not remembered. Signals that do not
+    quote the answer are checked once per remembered world (:data:`_CHECKED`)."""
     if not w.signals:  # most worlds: no signal, no check
         return False
     if not needs_answer(w.signals):
-        return bool(checks_for(w.signals))
+        found = _CHECKED.get(w.id)
+        if found is not None and found[0] is w.signals:  # a remembered world's own signals (quiet_worlds)
+            return found[1]
+        has = bool(checks_for(w.signals))
+        if len(_CHECKED) >= ANSWERS_MEMO_MAX:
+            _CHECKED.clear()
+        _CHECKED[w.id] = (w.signals, has)
+        return has
     answered = _ANSWERED.get(w.id)
     if answered is None:
         answered = bool(w.answer.strip())

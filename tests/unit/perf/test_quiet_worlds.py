@@ -84,3 +84,29 @@ def test_a_decision_that_needs_a_record_is_taken_on_the_runs_pool(stack: Stack,
     assert nxt is not None and nxt.result is not None and built == [2]  # the memo alone
     assert nxt.result.reason == "new signals only confirm the current answers"  # nothing recorded yet
     assert len(nxt.ctx.loaded) == 3
+
+
+def test_signals_without_the_answer_are_checked_once_per_remembered_world(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``quiet._scored`` of a world whose signals do not quote its answer: ``checks_for``'s answer, computed
+    once for a remembered world's signals object, again for another object of the same id."""
+    from rsi_worker.consolidate import signals as sig
+
+    calls: list[int] = []
+    real = sig.checks_for
+
+    def counted(s: Any, answer: str = "") -> Any:
+        calls.append(1)
+        return real(s, answer)
+
+    monkeypatch.setattr(quiet, "checks_for", counted)
+    quiet._CHECKED.clear()
+    pool = remembered([_head("n", '{"implicit": {"kind": "neutral"}}'), _head("p", '{"stars": 1}')])
+    assert pool is not None
+    neutral, poor = pool.usable()
+    for _ in range(3):
+        assert quiet._scored(neutral, pool) is bool(real(neutral.signals)) is False
+        assert quiet._scored(poor, pool) is bool(real(poor.signals)) is True
+    assert len(calls) == 2
+    other = remembered([_head("n", '{"stars": 2}')])  # the same id, other signals
+    assert other is not None and quiet._scored(other.usable()[0], other) is True and len(calls) == 3
