@@ -50,6 +50,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from rsi_common.db.lean_tx import execute_on_cursor
+from rsi_common.db.write_turn import register as register_write_turns
 
 try:
     import fcntl
@@ -148,6 +149,7 @@ def make_engine(url: str | sa.URL, **kwargs: Any) -> Engine:
     writers = _WriterQueue(None if memory or str(u.database).startswith("file:")
                            else str(Path(str(u.database)).expanduser()) + "-writer.lock")
     checkpointer = None if memory or str(u.database).startswith("file:") else _Checkpointer(str(u.database))
+    register_write_turns(engine, writers)  # a deferred read turned into a write (write_turn.py)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:

@@ -172,14 +172,15 @@ def open_run(deps: Deps, lease: Lease, *, force: bool = False, kind: str = KIND_
 
     ``force`` / ``kind``: see :func:`~rsi_worker.consolidate.opening.open_row`.
 
-    Returns ``stop`` (a redelivery of a closed run), a final ``Next`` or the incumbent's ``trials``.
+    Returns ``stop`` (a redelivery of a closed run, or a no-signal run that found a duplicate
+    delivery's row at its fence), a final ``Next`` or the incumbent's ``trials``.
 
     Raises:
         LeaseLost: the lease was not held any more.
         InvalidInput: ``kind`` is empty or too long (nothing is written).
     """
     refining = is_refine_io(lease.io)  # a refine never takes the quiet path (docs/runtime/refine.md)
-    decided = None if refining else quiet.decide(deps, lease, force=force, kind=kind)  # one read
+    decided = None if refining else quiet.decide_and_record(deps, lease, force=force, kind=kind)  # one read
     if decided is not None:
         return decided
     ctx, running = open_row(deps, lease, force=force, kind=kind)

@@ -124,22 +124,35 @@ def merge(memo: PoolMemo, changed: Iterable[Any],
 
 def _on_top(memo: PoolMemo, changed: Sequence[Any]) -> list[Head] | None:
     """The sorted union of the memo's rows and ``changed`` when the memo's rows are in the pool's order
-    (``ordered``) and every changed row is new, untainted and ranks above the memo's first — the
-    steady run: the new turn — without sorting the window again (ids are unique: the full sort gives
-    this very list); ``None`` otherwise (the caller sorts)."""
+    (``ordered``) and every changed row is untainted and either new and ranked above the memo's first
+    — the steady run: the new turn — or a row of the memo whose rank did not move (its signals
+    changed: a verdict written on an earlier turn), which takes its old row's place; without sorting
+    the window again (ids are unique: the full sort gives this very list); ``None`` otherwise (the
+    caller sorts)."""
     rows = memo.rows
     if not memo.ordered or not rows:
         return None
     top = _key(rows[0])
     heads = []
+    out: list[Head] | None = None
+    at = {x.id: i for i, x in enumerate(rows)} if changed else {}
     for r in changed:
         if r[10]:
             return None
         h = Head.at(r)
-        if not _key(h) > top:
+        k = _key(h)
+        i = at.get(h.id)
+        if i is None:  # a new row: on top, or the caller sorts
+            if not k > top:
+                return None
+            heads.append(h)
+            continue
+        if _key(rows[i]) != k:  # a row that moved: the caller sorts
             return None
-        heads.append(h)
-    return sorted(heads, key=_key, reverse=True) + list(rows)
+        if out is None:
+            out = list(rows)
+        out[i] = h
+    return sorted(heads, key=_key, reverse=True) + (list(rows) if out is None else out)
 
 
 def pool_window(db: Any, agent_id: str, n: int, agent: Any, *, full: Callable[[], Sequence[Any]],

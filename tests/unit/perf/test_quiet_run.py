@@ -1,6 +1,6 @@
 """The no-signal fast path (rsi_worker/consolidate/quiet.py,
 docs/performance/consolidation.md#the-no-signal-path): the same decision as the full path from one
-read, one write transaction, and the races at write time."""
+read, one write, and the races at write time."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ REQUEST = "Compare laptops: use search query=laptops"
 
 
 def _full_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(quiet, "decide", lambda *a, **k: None)
+    monkeypatch.setattr(quiet, "decide_and_record", lambda *a, **k: None)
 
 
 def _row(stack: Stack, run_id: str | None) -> Any:
@@ -45,8 +45,9 @@ def test_quiet_runs_decide_like_the_full_path(stack: Stack, monkeypatch: pytest.
         finally:
             counter.close()
         assert fast is not None and rerun is None
-        # one read transaction, one write transaction
-        assert kinds.get("BEGIN DEFERRED") == 1 and kinds.get("BEGIN IMMEDIATE") == 1, kinds
+        # one transaction: the read, turned into the write (quiet.decide_and_record)
+        assert kinds.get("BEGIN DEFERRED") == 1 and "BEGIN IMMEDIATE" not in kinds, kinds
+        assert nxt.quiet.written
         assert kinds.get("INSERT rsi_runs") == 1 and "UPDATE rsi_runs" not in kinds
         status, reason, result, params, finished = _row(stack, fast.run_id)
         assert (status, reason) == (fast.status, fast.reason) == ("recorded", result["reason"])
