@@ -456,16 +456,27 @@ class Coordinator:
             this run covers it), or ``None``: another run holds the lease and the pending mark now
             holds ``io`` (the newest turn wins; one re-run, not one per turn).
         """
-        token = secrets.token_hex(16)
-        fence = int(self._try_begin(keys=self._agent_keys(agent), args=[token, io, self.lease_ms]))
-        return Lease(agent, token, fence, io) if fence else None
+        token, keys, args = self._begin_call(agent, io)
+        return self._begun(agent, token, io, self._try_begin(keys=keys, args=args))
 
     def try_begin_refine(self, agent: str, io: str) -> Lease | None:
         """Take the agent's lease for the refine run ``io`` (``refine:<request id>``), or make it
         wait in ``rsi:{agent}:pending_refine`` (one waiting refine; a newer request replaces it), where
         :meth:`finish` hands the lease to it ahead of a pending turn."""
+        token, keys, args = self._begin_call(agent, io)
+        return self._begun(agent, token, io, self._try_begin_refine(keys=keys, args=args))
+
+    def _begin_call(self, agent: str, io: str) -> tuple[str, list[str], list[str | int]]:
+        """A new lease token, and the keys and arguments of a begin script for ``(agent, io)`` (the
+        shape :meth:`try_begin`, :meth:`try_begin_refine` and ``coord_wire.try_begin`` send)."""
         token = secrets.token_hex(16)
-        fence = int(self._try_begin_refine(keys=self._agent_keys(agent), args=[token, io, self.lease_ms]))
+        return token, self._agent_keys(agent), [token, io, self.lease_ms]
+
+    @staticmethod
+    def _begun(agent: str, token: str, io: str, reply: Any) -> Lease | None:
+        """A begin script's ``reply`` (the new fence, or 0: another run holds the lease) as the
+        :class:`Lease` of ``token``, or ``None``."""
+        fence = int(reply)
         return Lease(agent, token, fence, io) if fence else None
 
     def renew(self, lease: Lease) -> bool:

@@ -231,6 +231,5 @@ def try_begin(coord: Coordinator, agent: str, io: str) -> Lease | None:
     w = wire(coord.client) if type(coord).try_begin is Coordinator.try_begin else None
     if w is None:
         return coord.try_begin(agent, io)
-    token = secrets.token_hex(16)
-    fence = int(w.call(coord._try_begin, Coordinator._agent_keys(agent), [token, io, coord.lease_ms]))
-    return Lease(agent, token, fence, io) if fence else None
+    token, keys, args = coord._begin_call(agent, io)
+    return Coordinator._begun(agent, token, io, w.call(coord._try_begin, keys, args))
