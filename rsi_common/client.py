@@ -340,6 +340,9 @@ class RsiClient:
         self._budget = RetryBudget(float(retry_s))
         self._sleep: Callable[[float], None] = time.sleep
         """Waits between record attempts (tests replace it to restart a server in the pause)."""
+        self._clock: Callable[[], float] = time.monotonic
+        """Reads the seconds a record's retries have spent (tests replace it with one that only
+        the pauses advance, so a slow refused connection does not shorten the budget)."""
         self.settings = settings
         self.trajectory_retention = trajectory_retention
         self.retention_every = retention_every
@@ -419,7 +422,7 @@ class RsiClient:
                     trajectory_retention=self.trajectory_retention, retention_every=self.retention_every)
 
         agent, stored = retry_write(write, self._budget, agent_id=agent_id, io_id=parsed.io_id,
-                                    sleep=self._sleep)
+                                    sleep=self._sleep, clock=self._clock)
         recorded = RecordedTurn(stored.id, stored.io_id, stored.seq, stored.replayable, "frozen")
         return recorded if agent.frozen else self._hand_off(agent_id, recorded)
 
@@ -462,7 +465,8 @@ class RsiClient:
                                  run_retention=self.settings.run_retention,
                                  retention_every=self.retention_every)
 
-        retry_write(write, self._budget, agent_id=agent_id, io_id=parsed.io_id, sleep=self._sleep)
+        retry_write(write, self._budget, agent_id=agent_id, io_id=parsed.io_id, sleep=self._sleep,
+                    clock=self._clock)
         return RecordedTurn(None, parsed.io_id, None, False, "skipped" if skipped else "off")
 
     def _hand_off(self, agent_id: str, recorded: RecordedTurn) -> RecordedTurn:
@@ -510,7 +514,7 @@ class RsiClient:
             return recorded, frozen
 
         recorded, frozen = retry_write(write, self._budget, agent_id=agent_id, io_id=io_id,
-                                       sleep=self._sleep)
+                                       sleep=self._sleep, clock=self._clock)
         return recorded if frozen else self._hand_off(agent_id, recorded)
 
     def _store_signals(self, s: Session, agent_id: str, io_id: str,

@@ -72,17 +72,18 @@ class RetryBudget:
 
 def retry_write(
     write: Callable[[], T], budget: RetryBudget, *, agent_id: str, io_id: str,
-    sleep: Callable[[float], None] | None = None,
+    sleep: Callable[[float], None] | None = None, clock: Callable[[], float] | None = None,
 ) -> T:
     """Run ``write`` (one idempotent record transaction) until it succeeds, retrying transient
     database errors (:func:`is_transient_db`) within ``budget``; ``sleep`` waits between attempts
-    (default ``time.sleep``).
+    (default ``time.sleep``) and ``clock`` reads the seconds spent (default ``time.monotonic``).
 
     Raises:
         TurnNotStored: the budget was spent; the last database error is its ``__cause__``.
         Exception: any non-transient error of ``write``, at once (nothing was stored).
     """
-    t0 = time.monotonic()
+    now = clock or time.monotonic
+    t0 = now()
     delays = budget.delays()
     attempt = 0
     while True:
@@ -92,9 +93,8 @@ def retry_write(
         except Exception as exc:
             if not is_transient_db(exc):
                 raise
-            if attempt > len(delays) or time.monotonic() - t0 + delays[attempt - 1] > budget.total_s + 1e-9:
-                raise TurnNotStored(agent_id, io_id, type(exc).__name__, attempt,
-                                    time.monotonic() - t0) from exc
+            if attempt > len(delays) or now() - t0 + delays[attempt - 1] > budget.total_s + 1e-9:
+                raise TurnNotStored(agent_id, io_id, type(exc).__name__, attempt, now() - t0) from exc
             log.warning("agent %s: record attempt %d failed (%s); retrying", agent_id, attempt,
                         type(exc).__name__)
             (sleep or time.sleep)(delays[attempt - 1])

@@ -100,6 +100,7 @@ def test_after_the_budget_the_host_is_told_the_turn_was_not_stored(
     pauses: list[float] = []
     pg_client._budget = type(pg_client._budget)(0.2)  # 0.05 + 0.1 s of pauses: three attempts
     pg_client._sleep = pauses.append
+    pg_client._clock = lambda: sum(pauses)  # only the pauses spend the budget, not a slow refusal
     stop(pg_server)
     with pytest.raises(TurnNotStored) as caught:
         pg_client.record_turn("a1", {"world": make_world("io3", 3.0)})

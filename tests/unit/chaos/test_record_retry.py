@@ -51,6 +51,12 @@ def test_a_write_is_retried_until_it_succeeds_and_a_lasting_error_says_the_turn_
     assert "turn 'io2' of agent 'a1' was not stored" in str(caught.value)
     assert "s3cr3t" not in str(caught.value) and caught.value.attempts == 3
 
+    clock = iter([0.0, 0.5, 0.5])  # the first attempt itself took 0.5 s: no room for a 0.05 s pause
+    with pytest.raises(TurnNotStored) as slow:
+        retry_write(down, RetryBudget(0.2), agent_id="a1", io_id="io2", sleep=lambda _s: None,
+                    clock=lambda: next(clock))
+    assert slow.value.attempts == 1
+
     def invalid() -> str:
         raise sa_exc.IntegrityError("INSERT", {}, Exception("constraint"))
 
