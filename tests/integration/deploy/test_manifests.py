@@ -438,19 +438,28 @@ def test_dockerfile_is_sane() -> None:
     assert steps.index(("USER", users[-1])) > max(i for i, (w, _) in enumerate(steps) if w == "RUN")
     ignored = [line.strip() for line in (REPO / "deploy" / "Dockerfile.dockerignore").read_text().splitlines()
                if line.strip() and not line.startswith("#")]
+    stages = [rest.split() for rest in froms]
+    assert [s[1:] for s in stages] == [["AS", "build"], []], "a build stage, then the runtime image"
+    runtime = steps[steps.index(("FROM", froms[-1])):]
     copied = []
     for rest in instructions("COPY"):
         *sources, _dest = shlex.split(rest)
+        if sources[0].startswith("--"):  # only the runtime's copy of the build stage's virtualenv
+            assert sources == ["--from=build", "/opt/rsi"] and _dest == "/opt/rsi", rest
+            assert ("COPY", rest) in runtime
+            continue
         for src in sources:
-            assert not src.startswith("--"), "no COPY --from / --chown surprises"
             assert (REPO / src).exists(), f"COPY {src}: not in the build context"
             assert src.rstrip("/") not in ignored, f"COPY {src}: excluded by the .dockerignore"
             copied.append(src.rstrip("/"))
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    assert {"pyproject.toml", project["readme"], "rsi_common", "rsi_worker"} <= set(copied)
+    assert {"pyproject.toml", project["readme"], "rsi_common", "rsi_worker", "scripts/install.sh",
+            "scripts/build_compiled.py"} <= set(copied)
     assert project["scripts"]["rsi"] == "rsi_worker.cli:main"
-    installs = [r for r in instructions("RUN") if "pip install" in r]
-    assert len(installs) == 1 and re.search(r"pip install \"?\.", installs[0])
+    installs = [r for r in instructions("RUN") if "install" in r and "useradd" not in r]
+    assert [r.split()[0] for r in installs] == ["apt-get", "scripts/install.sh"], installs
+    assert "gcc" in installs[0] and all(("RUN", r) not in runtime for r in installs)  # no compiler shipped
+    assert dockerfile_env()["PATH"].startswith("/opt/rsi/bin:")
     home = dockerfile_env()["RSI_HOME"]
     useradd = next(r for r in instructions("RUN") if "useradd" in r)
     assert f"--home-dir {home}" in useradd and "--create-home" in useradd
