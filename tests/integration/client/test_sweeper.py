@@ -41,7 +41,7 @@ def _start(sessions: sessionmaker[Session], agent: str, fence: int, io: str) -> 
         return db.start_run(s, agent, fence=fence, io_id=io).id
 
 
-def _expire_lease(coord: Coordinator, agent: str, timeout_s: float = 5.0) -> None:
+def _expire_lease(coord: Coordinator, agent: str, timeout_s: float = 60.0) -> None:
     """The run stops renewing: the lease's key gets a 1 ms TTL and Redis expires it. The lease
     itself is long (60 s), so no step of a test can lose it to a slow machine before this."""
     coord.client.pexpire(lease_key(agent), 1)

@@ -40,7 +40,7 @@ def celery(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
-def wait_for(what: str, predicate: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+def wait_for(what: str, predicate: Callable[[], Any], timeout_s: float = 120.0) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()
