@@ -119,6 +119,11 @@ class RsiHttpClient:
             raise InvalidInput("record_retry_s must be between 0 and 600")
         self.record_retry_s = float(record_retry_s)
         self.record_world, self.model_retry = record_world, model_retry
+        self._sleep: Callable[[float], None] = time.sleep
+        """Waits between attempts (tests count the pauses instead)."""
+        self._clock: Callable[[], float] = time.monotonic
+        """Reads the seconds a request's retries have spent (tests replace it with one that only
+        the pauses advance, so a slow attempt on a loaded machine does not shorten the budget)."""
         headers = {"Authorization": f"Bearer {token}", "User-Agent": "rsi-http-client/1"}
         self._http = httpx.Client(
             base_url=self.base_url, headers=headers, transport=transport, timeout=httpx.Timeout(timeout_s)
@@ -155,7 +160,7 @@ class RsiHttpClient:
         if content is not None:
             hdrs["Content-Type"] = "application/json"
         last = ""
-        t0, attempt = time.monotonic(), -1
+        t0, attempt = self._clock(), -1
         while True:
             attempt += 1
             delay = min(MAX_BACKOFF_S, self.backoff_s * (2 ** min(attempt, 30)))
@@ -170,13 +175,13 @@ class RsiHttpClient:
                 retry_after = resp.headers.get("retry-after", "")
                 if retry_after.isdigit():
                     delay = max(delay, min(float(retry_after), MAX_RETRY_AFTER_S))
-            if attempt >= self.retries and (delay <= 0 or time.monotonic() - t0 + delay > budget_s):
+            if attempt >= self.retries and (delay <= 0 or self._clock() - t0 + delay > budget_s):
                 break
-            time.sleep(delay)
+            self._sleep(delay)
         not_stored = "the turn was not stored: " if budget_s else ""
         raise ServiceUnavailable(
             f"{method} {path}: {not_stored}the service did not answer ({last}) after {attempt} retries "
-            f"in {time.monotonic() - t0:.1f} s"
+            f"in {self._clock() - t0:.1f} s"
         )
 
     @staticmethod

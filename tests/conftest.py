@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from rsi_worker.local.servers import PostgresServer, RedisServer
 from tests.support.migrated import copy_migrated_sqlite
@@ -19,6 +20,10 @@ from tests.support.migrated import copy_migrated_sqlite
 # Settings are read from the environment when constructed: keep the host's RSI_* out of tests.
 for _key in [k for k in os.environ if k.upper().startswith("RSI_")]:
     del os.environ[_key]
+
+# No per-example deadline (Hypothesis' default is 200 ms of wall time: a loaded machine fails it).
+hypothesis_settings.register_profile("rsi", deadline=None)
+hypothesis_settings.load_profile("rsi")
 
 
 @pytest.fixture(scope="session")

@@ -143,14 +143,21 @@ class _Entry:
 class LeaseKeeper:
     """Renews the lease, the tree slot and the in-flight score of every attempt this process runs,
     every ``px / 3``, from one daemon thread (started on first use). A crashed process renews nothing,
-    so its leases expire after ``TURN_LEASE_S``."""
+    so its leases expire after ``TURN_LEASE_S``.
 
-    def __init__(self, client: Any) -> None:
+    Args:
+        client: the Redis client.
+        background: renew from the daemon thread; ``False`` leaves every renewal to the caller's
+            :meth:`renew_due` (a test that must know which call renewed what).
+    """
+
+    def __init__(self, client: Any, *, background: bool = True) -> None:
         self.redis = client
         self._renew = client.register_script(_RENEW)
         self._entries: dict[int, _Entry] = {}
         self._lock = threading.Lock()
         self._seq = 0
+        self._background = background
         self._thread: threading.Thread | None = None
 
     def add(self, lease: str, token: str, slots: str, member: str, px: int) -> int:
@@ -158,7 +165,7 @@ class LeaseKeeper:
         with self._lock:
             self._seq += 1
             self._entries[self._seq] = _Entry(lease, token, slots, member, px)
-            if self._thread is None:
+            if self._thread is None and self._background:
                 self._thread = threading.Thread(target=self._loop, name="rsi-turn-leases", daemon=True)
                 self._thread.start()
             return self._seq

@@ -13,6 +13,7 @@ and recording itself degrades gracefully then (the sweeper hands off the turns).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,14 +27,15 @@ __all__ = ["RateDecision", "RateLimiter"]
 log = logging.getLogger(__name__)
 
 WINDOW_S = 60
-# KEYS: none. ARGV: token id, limit. -> {count, seconds to the next window}.
+# KEYS: none. ARGV: token id, limit[, now in epoch seconds (else the server's TIME)].
+# -> {count, seconds to the next window}.
 _HIT = """
-local t = redis.call('TIME')
-local minute = math.floor(tonumber(t[1]) / 60)
+local now = tonumber(ARGV[3] or redis.call('TIME')[1])
+local minute = math.floor(now / 60)
 local key = 'rsi:rate:' .. ARGV[1] .. ':' .. minute
 local n = redis.call('INCR', key)
 if n == 1 then redis.call('EXPIRE', key, 120) end
-return {n, 60 - (tonumber(t[1]) % 60)}
+return {n, 60 - (now % 60)}
 """
 
 
@@ -52,11 +54,15 @@ class RateLimiter:
 
     Args:
         client: the Redis client (coordination).
+        clock: epoch seconds that place a request in its window; ``None`` (the default): the Redis
+            server's clock, shared by every replica. A test fixes it, so a burst is never split by
+            a minute boundary.
     """
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, *, clock: Callable[[], float] | None = None) -> None:
         self._client: Any = client
         self._script = client.register_script(_HIT)
+        self.clock = clock
         self.errors = 0
         """Checks that found Redis unreachable (and let the request through)."""
 
@@ -65,7 +71,8 @@ class RateLimiter:
         if limit <= 0:
             return RateDecision(True, 0, 0, 0)
         try:
-            count, retry = self._script(keys=[], args=[token_id, limit])
+            now = [] if self.clock is None else [int(self.clock())]
+            count, retry = self._script(keys=[], args=[token_id, limit, *now])
         except COORD_ERRORS as exc:
             self.errors += 1
             log.warning("rate limit not checked (%s): request let through", type(exc).__name__)

@@ -54,7 +54,7 @@ def wait_clean(cluster: Cluster, server: RedisServer) -> None:
     is released (never the other way round, or another run could start first), so a test that saw
     the row finished while the workers run must wait for the release."""
     cluster.wait_for("the last run's lease to be released",
-                     lambda: clean(server) == ({fence_key(A)}, set()), 30)
+                     lambda: clean(server) == ({fence_key(A)}, set()))
 
 
 def test_a_poison_row_on_real_workers_is_skipped_and_the_agent_goes_on(

@@ -13,12 +13,12 @@ import pytest
 from tests.support.cluster import REPO
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(400)  # two demo runs of ~20 s each when idle: a hang guard, not a budget
 def test_demo_shows_the_adoption_and_the_learned_answer(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RSI_")}
     env["COLUMNS"] = "120"
     cmd = [sys.executable, "-m", "rsi_worker.cli", "demo", "--fresh", "--home", str(tmp_path / "demo")]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=170)
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
     assert re.search(r"adopted — variant [AB] adopted \(\+1\.0000\)", out)
@@ -28,5 +28,5 @@ def test_demo_shows_the_adoption_and_the_learned_answer(tmp_path: Path) -> None:
     assert "|---|---|" in learned and "| Pixelo 9 | 799 |" in learned
     assert learned.count("Recommendation:") == 1
     # repeatable: a second --fresh run adopts again
-    again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=170)
+    again = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     assert again.returncode == 0 and "adopted — variant" in again.stdout

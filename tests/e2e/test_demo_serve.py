@@ -17,7 +17,7 @@ import pytest
 from tests.support.cluster import REPO
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_demo_serve_leaves_the_console_up_with_a_viewer_token(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RSI_")}
     env["COLUMNS"] = "200"
@@ -32,7 +32,7 @@ def test_demo_serve_leaves_the_console_up_with_a_viewer_token(tmp_path: Path) ->
     seen: dict[str, str] = {}
     try:
         while "viewer" not in seen or "console" not in seen:
-            line = lines.get(timeout=150)
+            line = lines.get(timeout=240)  # the demo runs before the console is up
             if m := re.match(r"console: (http://\S+)", line):
                 seen["console"] = m[1]
             if m := re.match(r"viewer token: (\S+)", line):

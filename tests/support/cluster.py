@@ -103,8 +103,10 @@ class Cluster:
             s.commit()
         return rows
 
-    def wait_for(self, what: str, predicate: Callable[[], Any], timeout_s: float = 60.0) -> Any:
-        """Poll ``predicate`` until it returns a truthy value; fail with the workers' logs."""
+    def wait_for(self, what: str, predicate: Callable[[], Any], timeout_s: float = 120.0) -> Any:
+        """Poll ``predicate`` until it returns a truthy value; fail with the workers' logs. The
+        default bound is generous (worker start-up and a run take several times longer on a loaded
+        2-core machine): the poll returns as soon as the predicate holds."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             value = predicate()

@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
     db_url, redis_url, agent, versions, timeout_s = argv
     settings = Settings(database_url=db_url, redis_url=redis_url)
     with RsiClient(settings, dispatcher=RecordingDispatcher()) as client:
-        subscribed = client.start_listener(wait_s=10)
+        subscribed = client.start_listener(wait_s=60)
         _say(event="ready", version=client.current_harness(agent).version, subscribed=subscribed)
         for expected in versions.split(","):
             deadline = time.monotonic() + float(timeout_s)

@@ -4,15 +4,16 @@
 The lead (system text holds :data:`LEAD`) spawns one researcher per ``;``-separated topic of its
 input, waits on all of them, then answers ``summary: <answers>``; a researcher (system text holds
 :data:`RESEARCHER`) answers ``finding on <topic>``. A topic containing ``slow`` makes the researcher
-push its process id to ``rsi:test:slow-started`` in Redis and sleep ``SLOW_S`` seconds first
-(the kill -9 test).
+push its process id to ``rsi:test:slow-started`` in Redis first; the first such call is then held
+(a ``BLPOP`` nobody answers, at most :data:`HOLD_S`) until the kill -9 test kills its worker, and
+every later call (the re-run) answers at once. (A fixed sleep made the re-run race the task's
+soft time limit on a loaded machine.)
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
 from typing import Any
 
 import redis
@@ -28,7 +29,10 @@ RESEARCHER = "You are a researcher. Answer with one finding."
 CATALOG = {"researcher": {"description": "finds one source", "tools": [], "max_iterations": 4,
                           "instructions": RESEARCHER}}
 SLOW_KEY = "rsi:test:slow-started"
-SLOW_S = 4.0
+HOLD_KEY = "rsi:test:slow-hold"
+"""Never pushed: the held call blocks on it."""
+HOLD_S = 60
+"""Longest hold of the first slow call, in seconds (the task's soft time limit ends it earlier)."""
 
 
 def _text(text: str, usage: Usage) -> ModelResponse:
@@ -42,9 +46,8 @@ def policy(request: ModelRequest, client: Any = None) -> ModelResponse:
     last = request.messages[-1]["content"]
     if RESEARCHER in request.system:
         topic = str(last).splitlines()[-1]
-        if "slow" in topic and client is not None:
-            client.rpush(SLOW_KEY, os.getpid())
-            time.sleep(SLOW_S)
+        if "slow" in topic and client is not None and client.rpush(SLOW_KEY, os.getpid()) == 1:
+            client.blpop([HOLD_KEY], timeout=HOLD_S)  # held until the worker is killed
         return _text(f"finding on {topic}", usage)
     blocks = last if isinstance(last, list) else []
     results = [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result"]

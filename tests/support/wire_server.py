@@ -55,6 +55,9 @@ ANTHROPIC = "/v1/messages"
 OPENAI = "/v1/chat/completions"
 
 
+RELEASE_WAIT_S = 60.0
+"""Longest hold of a reply waiting on its ``release`` (a test that forgot to set it still ends)."""
+
 SseEvent = tuple[str | None, Any]
 """``(event name or None, data)``; data that is not a string is sent as JSON."""
 
@@ -67,7 +70,9 @@ class Reply:
     written one by one (flushed each); with ``cut_after`` only that many are sent and the
     connection ends — ``cut="eof"`` a clean end of the body, ``"reset"`` a TCP reset; with
     ``pause_after`` the server waits after that many events until ``release`` is set (a test of
-    cancellation sets it once the client is gone), then sends the rest.
+    cancellation sets it once the client is gone), then sends the rest. A plain reply (no
+    ``events``) with ``release`` is held until it is set: a client timeout runs out first whatever
+    the machine's load, where a ``delay_s`` shorter than a stall could let the reply win.
     """
 
     status: int = 200
@@ -200,6 +205,8 @@ def _handler_for(server: WireServer) -> type[BaseHTTPRequestHandler]:
             reply = server._next(Received(path=path, headers=headers, body=body))
             if reply.delay_s > 0:
                 time.sleep(reply.delay_s)
+            if reply.events is None and reply.release is not None:
+                reply.release.wait(RELEASE_WAIT_S)
             if reply.events is not None:
                 self._stream(reply)
                 return
@@ -233,7 +240,7 @@ def _handler_for(server: WireServer) -> type[BaseHTTPRequestHandler]:
                         self.close_connection = True
                         return
                     if reply.pause_after is not None and i == reply.pause_after and reply.release is not None:
-                        reply.release.wait(10)
+                        reply.release.wait(RELEASE_WAIT_S)
                     text = data if isinstance(data, str) else json.dumps(data)
                     frame = (f"event: {event}\n" if event else "") + f"data: {text}\n\n"
                     self.wfile.write(frame.encode("utf-8"))

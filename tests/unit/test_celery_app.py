@@ -123,7 +123,7 @@ def test_the_dispatcher_publishes_the_task_sent_event_on_the_event_exchange() ->
         quiet = KombuDispatcher(url, send_sent_event=False)
         task_id = dispatcher.enqueue(TASK_CONSOLIDATE, ["a", "io", "tok", 1], QUEUE_CONSOLIDATE)
         quiet.enqueue(TASK_CONSOLIDATE, ["b", "io", "tok", 1], QUEUE_CONSOLIDATE)
-        message = captured.get(timeout=5)
+        message = captured.get(timeout=60)
         event = json.loads(message.body) if isinstance(message.body, (str, bytes)) else message.payload
         assert event["type"] == "task-sent" and event["uuid"] == task_id
         assert event["queue"] == QUEUE_CONSOLIDATE and message.headers["hostname"] == event["hostname"]

@@ -85,6 +85,7 @@ def test_a_turn_recorded_while_postgresql_restarts_is_stored_once(
     assert pg_client.record_turn("a1", {"world": make_world("io1", 1.0)}).world_id  # the pool is warm
     pauses: list[float] = []
     pg_client._sleep = restarting(pg_server.start, pauses)
+    pg_client._clock = lambda: sum(pauses)  # the budget counts the pauses, not a slow server start
     stop(pg_server)
     recorded = pg_client.record_turn("a1", {"world": make_world("io2", 2.0)})
     assert pauses  # the first attempt met the stopped server and was retried

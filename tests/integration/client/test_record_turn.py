@@ -196,7 +196,7 @@ def test_100_concurrent_turns_give_one_enqueue_and_the_newest_pending(
 
     def record(i: int) -> str:
         if i < 20:
-            barrier.wait(10)
+            barrier.wait(60)
         return client.record_turn("a1", {"world": make_world(f"io{i:03d}", 5000.0 + i)}).dispatched
 
     with ThreadPoolExecutor(max_workers=20) as pool:
@@ -229,7 +229,7 @@ def test_embedded_in_process_mode_uses_fakeredis_and_the_memory_broker(engine: E
             with RsiClient(Settings(database_url=db_url), engine=engine, redis=fake,
                            dispatcher=dispatcher) as client:
                 rec = client.record_turn("a1", {"world": make_world("io1")})
-                assert client.start_listener(wait_s=2)
+                assert client.start_listener(wait_s=60)
             msg = queue.get(no_ack=True)
             assert msg is not None and msg.headers["id"] == rec.task_id
             assert msg.decode()[0][:2] == ["a1", "io1"]

@@ -16,11 +16,14 @@ from rsi_common.client import RsiClient, redis_client
 from rsi_common.coord import Coordinator, Lease, lease_key
 from rsi_common.dispatch import KombuDispatcher, RecordingDispatcher
 from rsi_common.harness import H0_VERSION
+from rsi_common.record_retry import HANDOFF_BUDGET_S, RetryBudget
 from rsi_worker.cluster.sweeper import LEASE_EXPIRED_REASON, STALE_REASON, SweepReport, sweep
 from tests.integration.client.conftest import make_world
 from tests.integration.client.helpers import closed_url, queued_messages
 
 pytestmark = pytest.mark.timeout(120)
+HANDOFF_DELAYS = RetryBudget(HANDOFF_BUDGET_S).delays()
+"""The pauses of a hand-off that finds Redis or the broker down (its retries, then ``deferred``)."""
 
 
 def _world(sessions: sessionmaker[Session], agent: str, io: str) -> db.WorldRow:
@@ -41,7 +44,7 @@ def _start(sessions: sessionmaker[Session], agent: str, fence: int, io: str) -> 
         return db.start_run(s, agent, fence=fence, io_id=io).id
 
 
-def _expire_lease(coord: Coordinator, agent: str, timeout_s: float = 5.0) -> None:
+def _expire_lease(coord: Coordinator, agent: str, timeout_s: float = 60.0) -> None:
     """The run stops renewing: the lease's key gets a 1 ms TTL and Redis expires it. The lease
     itself is long (60 s), so no step of a test can lose it to a slow machine before this."""
     coord.client.pexpire(lease_key(agent), 1)
@@ -68,12 +71,16 @@ def test_broker_down_defers_quickly_and_the_sweeper_enqueues_later(
     live = KombuDispatcher(redis_url)
     try:
         client = make_client(dispatcher=dead)
+        pauses: list[float] = []
+        client._sleep = pauses.append  # the hand-off's pauses, counted rather than slept
         start = time.perf_counter()
         rec = client.record_turn("a1", {"world": make_world("io1", 1.0)})
         elapsed = time.perf_counter() - start
-        # a hang guard, not a speed figure: the hand-off gives up after its 1 s timeout (a dead
-        # broker refuses at once); only a hand-off that waited on the broker would take 10 s
-        assert rec.dispatched == "deferred" and elapsed < 10.0
+        # the hand-off tried again only within its own budget, then deferred the trigger
+        assert rec.dispatched == "deferred" and pauses == HANDOFF_DELAYS
+        # a hang guard, not a speed figure: a dead broker refuses at once and no pause is slept;
+        # only a hand-off that waited on the broker would take 10 s
+        assert elapsed < 10.0
         assert rclient.get(lease_key("a1")) is None  # the lease of the failed enqueue was released
         assert _world(sessions, "a1", "io1").enqueued_at is None
         assert _sweep(client, sessions, live, grace_s=60).worlds_found == 0  # still in its grace period
@@ -98,9 +105,12 @@ def test_redis_down_defers_quickly_and_the_sweeper_enqueues_later(
     try:
         client = make_client(redis=dead, overrides={"harness_cache_ttl_s": 0})
         for i in (1, 2):
+            pauses: list[float] = []
+            client._sleep = pauses.append  # the hand-off's pauses, counted rather than slept
             start = time.perf_counter()
             rec = client.record_turn("a1", {"world": make_world(f"io{i}", float(i))})
-            assert rec.dispatched == "deferred" and time.perf_counter() - start < 10.0  # a hang guard
+            assert rec.dispatched == "deferred" and pauses == HANDOFF_DELAYS
+            assert time.perf_counter() - start < 10.0  # a hang guard: nothing waits, nothing is slept
         assert recorder.calls == []
         assert client.current_harness("a1").version == H0_VERSION
         report = _sweep(client, sessions, recorder, Coordinator(rclient, 60))

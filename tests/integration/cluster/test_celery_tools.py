@@ -30,7 +30,7 @@ from rsi_worker.local.servers import RedisServer
 from tests.integration.cluster.test_distributed import corrected, stack_for
 from tests.support.cluster import REPO, Cluster, worker_env
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = pytest.mark.timeout(480)  # eight `celery -A` processes: 98 s at load 5-9
 APP = "rsi_worker.cluster.celery_app"
 
 
@@ -40,7 +40,7 @@ def celery(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
-def wait_for(what: str, predicate: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+def wait_for(what: str, predicate: Callable[[], Any], timeout_s: float = 120.0) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()
@@ -52,8 +52,10 @@ def wait_for(what: str, predicate: Callable[[], Any], timeout_s: float = 60.0) -
 
 def replies(env: dict[str, str], command: str, node: str | None = None) -> dict[str, Any]:
     """``celery inspect <command> --json`` (of ``node`` only, if given: no wait for other nodes):
-    ``{node: reply}`` ({} when no worker answered)."""
-    out = celery(env, "inspect", command, "-t", "5", "--json", *(["-d", node] if node else []))
+    ``{node: reply}`` ({} when no worker answered). A broadcast waits out its 5 s; a call to one node
+    ends at its reply, so it may wait 30 s for a loaded worker."""
+    out = celery(env, "inspect", command, "-t", "30" if node else "5", "--json",
+                 *(["-d", node] if node else []))
     if out.returncode != 0:
         return {}
     reply: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -131,7 +133,7 @@ def test_celery_a_loads_the_app_and_inspects_the_workers(tmp_path: Path, redis_s
         assert consumed() == set(QUEUES)
         steps = (("cancel_consumer", set(QUEUES) - {QUEUE_REPLAY}), ("add_consumer", set(QUEUES)))
         for command, expected in steps:
-            out = celery(tools_env, "control", command, QUEUE_REPLAY, "-d", node, "-t", "5")
+            out = celery(tools_env, "control", command, QUEUE_REPLAY, "-d", node, "-t", "30")
             assert out.returncode == 0 and node in out.stdout, out.stdout + out.stderr
             assert consumed() == expected, command
     bare = {k: v for k, v in tools_env.items() if k != "RSI_REDIS_URL"}

@@ -123,7 +123,10 @@ def test_hopeless_candidate_is_cancelled_across_workers(tmp_path: Path, redis_sr
     for i in range(2):
         stack.say("shop", f"bad{i}", REQUEST)
         stack.say("shop", f"bad{i}", CORRECTION)
-    env = {"RSI_MODEL_FACTORY": "tests.support.factories:hopeless", "RSI_SIM_LATENCY_MS": "100"}
+    # the second wave waits for the first however slow the machine: a bound of 30 s (the default)
+    # passing first would send it uncancelled, and B's replays would call the model
+    env = {"RSI_MODEL_FACTORY": "tests.support.factories:hopeless", "RSI_SIM_LATENCY_MS": "100",
+           "RSI_CONSOLIDATION__EARLY_STOP_WAVE_S": "600"}
     with Cluster(tmp_path, db_url, redis_srv.url, n=2, concurrency=2, env=env) as cluster:
         trigger(stack, "shop", stack.latest_io("shop"), redis_srv)
         (run,) = cluster.finished("shop")

@@ -15,7 +15,7 @@ from tests.integration.commands.conftest import Cli, corrected
 from tests.support.cluster import Cluster
 from tests.support.pipeline import Stack
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)  # 50 runs on two real workers: a hang guard, not a budget
 
 
 def batch_runs(stack: Stack, kind: str) -> list[RunRow]:

@@ -157,7 +157,7 @@ def test_unenqueued_worlds_for_the_sweeper(factory: sessionmaker[Session]) -> No
 def _poll_unenqueued(factory: sessionmaker[Session], n: int) -> list[WorldRow]:
     """With grace 0 a row is listed once the database clock passed its creation time; on SQLite
     (millisecond clock) that may take a moment, so ask again in new transactions (bounded)."""
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60
     while True:
         with factory.begin() as s:
             rows = unenqueued_worlds(s, grace_s=0)

@@ -71,7 +71,8 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 def liveness_probe(broker_url: str, pod: str, timeout_s: int | None = None) -> subprocess.Popen[str]:
     """The worker Deployment's liveness command, started as the kubelet would (``sh -c`` in the pod);
-    ``timeout_s`` replaces its reply timeout (``-t``) so a probe that must fail fails fast."""
+    ``timeout_s`` replaces its reply timeout (``-t``): short for a probe that must fail, long for one
+    that must pass on a loaded machine (``-d`` names one node: the probe ends at its reply)."""
     spec = yaml.safe_load(K8S_WORKER.read_text(encoding="utf-8"))["spec"]["template"]["spec"]
     command = list(spec["containers"][0]["livenessProbe"]["exec"]["command"])
     if timeout_s is not None:
@@ -108,7 +109,7 @@ def test_metrics_endpoint_and_json_logs_of_a_worker(tmp_path: Path, redis_srv: R
             "the adopted run on /metrics",
             lambda: (s := scrape(port)) and total(s, "rsi_runs_total", status="adopted") == 1 and s)
         dead = liveness_probe(redis_srv.url, "no-such-pod", timeout_s=1)  # no reply: waits out -t
-        alive = liveness_probe(redis_srv.url, pod_name(0))
+        alive = liveness_probe(redis_srv.url, pod_name(0), timeout_s=60)
         out, err = alive.communicate(timeout=60)
         assert alive.returncode == 0 and "pong" in out, (out, err)
         dead.communicate(timeout=60)

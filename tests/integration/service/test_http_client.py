@@ -72,7 +72,7 @@ def test_a_rollback_through_another_replica_reaches_the_client_by_the_stream(
         got = threading.Event()
         with _client(live, cache_ttl_s=600) as c:
             c.on_change = lambda e: (seen.append(e), got.set())
-            assert c.start_listener(10)
+            assert c.start_listener(60)
             assert c.current_harness("h3").version == H0_VERSION  # cached for 10 minutes
             op = other.http(other.tokens["operator"])
             t0 = time.perf_counter()
@@ -108,7 +108,7 @@ def test_an_adoption_by_a_real_worker_reaches_a_remote_client_without_polling(
     try:
         with _client(live, cache_ttl_s=600) as c:
             c.on_change = on_change
-            assert c.start_listener(10)
+            assert c.start_listener(60)
             learn(c, "shop")
             assert c.current_harness("shop").version == H0_VERSION  # cached from the turns
             runs = cluster.finished("shop", 1)

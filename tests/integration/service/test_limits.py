@@ -3,23 +3,29 @@ validation with the field named and nothing stored, malformed bodies, and no sec
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from rsi_common.client import redis_client
+from rsi_worker.service.ratelimit import RateLimiter
 from tests.adversarial.credentials_support import POSITIVE, leaks
 from tests.integration.client.conftest import make_world
 from tests.integration.client.helpers import row_counts
 from tests.integration.service.conftest import Live
 
 pytestmark = pytest.mark.timeout(120)
+MID_MINUTE = 1_800_000_030.0
+"""The rate limiter's clock in these tests: 30 s into a one-minute window (the real clock could
+cross a window's end between two requests of a burst)."""
 
 
 def test_a_token_over_its_rate_is_refused_with_retry_after_and_counted_in_redis(
     make_live: Callable[..., Live], redis_url: str
 ) -> None:
     live = make_live()
+    live.svc.auth.limiter.clock = lambda: MID_MINUTE  # the burst cannot straddle two windows
     admin = live.http(live.tokens["admin"])
     made = admin.post("/v1/tokens", json={"name": "slow", "scopes": ["viewer"], "rate_per_min": 3}).json()
     slow = live.http(made["token"])
@@ -28,9 +34,7 @@ def test_a_token_over_its_rate_is_refused_with_retry_after_and_counted_in_redis(
     assert codes[3:] == [429, 429]
     r = slow.get("/v1/agents")
     assert r.status_code == 429 and r.json()["type"] == "urn:rsi:problem:rate-limited"
-    assert 1 <= int(r.headers["retry-after"]) <= 60 and r.json()["retry_after_s"] == int(
-        r.headers["retry-after"]
-    )
+    assert int(r.headers["retry-after"]) == 30 and r.json()["retry_after_s"] == 30  # to the next minute
     # other tokens are not affected; the window lives in Redis (shared by every replica)
     assert admin.get("/v1/agents").status_code == 200
     rc = redis_client(redis_url)
@@ -42,8 +46,23 @@ def test_a_token_over_its_rate_is_refused_with_retry_after_and_counted_in_redis(
     assert "rsi_api_rate_limited_total 3.0" in metrics
 
 
+def test_without_a_clock_the_window_is_the_redis_servers_minute(redis_url: str) -> None:
+    rc = redis_client(redis_url)
+    try:
+        token = f"t{uuid.uuid4().hex}"
+        before = int(rc.time()[0]) // 60
+        decision = RateLimiter(rc).hit(token, 1)
+        after = int(rc.time()[0]) // 60
+        assert decision.allowed and decision.count == 1 and 1 <= decision.retry_after_s <= 60
+        (key,) = [k.decode() for k in rc.scan_iter(f"rsi:rate:{token}:*")]
+        assert before <= int(key.rsplit(":", 1)[1]) <= after
+    finally:
+        rc.close()
+
+
 def test_the_service_default_rate_applies_to_tokens_without_their_own(make_live: Callable[..., Live]) -> None:
     live = make_live(api_rate_per_min=2)
+    live.svc.auth.limiter.clock = lambda: MID_MINUTE
     viewer = live.http(live.tokens["viewer"])
     assert [viewer.get("/v1/agents").status_code for _ in range(3)] == [200, 200, 429]
 

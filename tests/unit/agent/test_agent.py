@@ -230,7 +230,7 @@ def test_cancelling_arun_stops_the_turn_before_its_next_model_call(settings: Set
         def complete(self, request: Any) -> Any:
             self.calls += 1
             entered.set()
-            release.wait(10)
+            release.wait(60)
             return self.inner.complete(request)
 
     gated = Gated()
@@ -242,7 +242,7 @@ def test_cancelling_arun_stops_the_turn_before_its_next_model_call(settings: Set
 
         async def main() -> None:
             task = asyncio.create_task(agent.arun("use get_sales region=north"))
-            await asyncio.to_thread(entered.wait, 10)
+            assert await asyncio.to_thread(entered.wait, 60)
             task.cancel()
             for _ in range(3):  # let the task take its cancellation (arun sets the turn's stop flag)
                 await asyncio.sleep(0)  # while the model call is still held: no race with the flag

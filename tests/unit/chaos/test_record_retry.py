@@ -87,7 +87,13 @@ def test_the_http_client_rides_out_a_restart_within_its_record_budget() -> None:
     assert seen == [503] * 6 + [200]
 
     transport, seen = _service([503])
+    pauses: list[float] = []
     with RsiHttpClient("http://rsi.test", "tok", listen=False, transport=transport, backoff_s=0.05,
                        record_retry_s=2.0) as client, pytest.raises(ServiceUnavailable) as caught:
+        client._sleep = pauses.append
+        client._clock = lambda: sum(pauses)  # only the pauses spend the budget, not a slow attempt
         client.record_turn("a1", {"world": {"io_id": "io2"}})
-    assert "the turn was not stored" in str(caught.value) and len(seen) > 4
+    assert "the turn was not stored" in str(caught.value)
+    # the 3 plain retries, then more while the 2 s budget lasts: 0.05 + … + 0.8 = 1.55 s of pauses,
+    # and the next 1.6 s pause would pass it
+    assert pauses == [0.05, 0.1, 0.2, 0.4, 0.8] and len(seen) == 6

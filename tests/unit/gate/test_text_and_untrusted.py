@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rsi_common.harness import build_harness, h0, load_manifest
@@ -35,6 +35,7 @@ def test_token_offsets_point_into_the_text() -> None:
         assert text[t.start : t.end].casefold() == t.text
 
 
+@settings(deadline=None)  # Hypothesis' default 200 ms per example is a wall-clock budget
 @given(st.text())
 def test_normalisation_never_raises(text: str) -> None:
     assert isinstance(normalized(text), str)

@@ -104,7 +104,7 @@ def multi_call(*calls: tuple[str, dict[str, Any]]) -> ModelResponse:
 
 
 def barrier_tools(parties: int, read_only: bool = True) -> tuple[list[ToolDef], list[str]]:
-    barrier = threading.Barrier(parties, timeout=2.0)
+    barrier = threading.Barrier(parties, timeout=60.0)
     order: list[str] = []
 
     def make(name: str) -> ToolDef:

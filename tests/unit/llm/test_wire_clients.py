@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -396,10 +397,14 @@ def test_connection_error_is_transient(provider: str) -> None:
 
 
 def test_timeout_is_transient(srv: WireServer) -> None:
-    srv.push(ANTHROPIC, Reply(body=anthropic_text("late"), delay_s=0.5))
+    late = threading.Event()  # the reply is held until the client gave up, however slow the machine
+    srv.push(ANTHROPIC, Reply(body=anthropic_text("late"), release=late))
     client = client_for("anthropic", srv, model_timeout_s=0.1, model_max_retries=0)
-    with pytest.raises(ModelTransientError, match="Timeout"):
-        client.complete(req("Hi"))
+    try:
+        with pytest.raises(ModelTransientError, match="Timeout"):
+            client.complete(req("Hi"))
+    finally:
+        late.set()
 
 
 def test_unscripted_request_is_a_clear_bad_request(srv: WireServer) -> None:
