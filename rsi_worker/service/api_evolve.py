@@ -27,7 +27,16 @@ from rsi_worker.service.evolve_view import run_row, run_view
 from rsi_worker.service.problems import Problem
 from rsi_worker.service.state import ServiceState
 
-__all__ = ["NAME_CHARS", "evolve_name", "promote_run", "router", "stop_run", "store_of"]
+__all__ = [
+    "NAME_CHARS",
+    "evolve_name",
+    "known_run",
+    "promote_run",
+    "promote_target",
+    "router",
+    "stop_run",
+    "store_of",
+]
 
 router = APIRouter(prefix="/v1", tags=["evolve"])
 VIEWER = Depends(need("viewer"))
@@ -48,7 +57,7 @@ def evolve_name(name: str) -> str:
     return name
 
 
-def _known(store: Store, name: str) -> None:
+def known_run(store: Store, name: str) -> None:
     try:
         store.run_times(name)
     except InvalidInput:
@@ -59,7 +68,7 @@ def _no_models(provider: str, model: str, role: str) -> ModelClient:
     raise InvalidInput("promote calls no model")
 
 
-def _target(p: Principal, body: dict[str, Any]) -> str:
+def promote_target(p: Principal, body: dict[str, Any]) -> str:
     """The promotion's agent: the only key, the id grammar, no credential shape, inside the prefix."""
     if set(body) - {"agent_id"}:
         raise InvalidInput('body: unknown key(s); give exactly {"agent_id": <agent id>}')
@@ -76,7 +85,7 @@ def stop_run(svc: ServiceState, p: Principal, name: str) -> dict[str, Any]:
     store = store_of(svc)
 
     def act() -> dict[str, Any]:
-        _known(store, name)
+        known_run(store, name)
         ops.request_stop(store, name)
         return {"name": name, "stop_requested": True, "status": store.run(name)[2]}
 
@@ -90,7 +99,7 @@ def promote_run(svc: ServiceState, p: Principal, name: str, agent: str) -> dict[
     env = EvolveEnv(svc.sessions, _no_models, svc.settings)
 
     def act() -> dict[str, Any]:
-        _known(store, name)
+        known_run(store, name)
         try:
             out = ops.promote(env, svc.client.coord, name, agent, dispatcher=svc.client.dispatcher)
         except InvalidInput as exc:
@@ -122,7 +131,7 @@ def get_run(name: str, request: Request, p: Principal = VIEWER) -> dict[str, Any
     """Config, a row per judged round, the frontier, held-out S per adopted version, usage by role."""
     evolve_name(name)
     store = store_of(state(request))
-    _known(store, name)
+    known_run(store, name)
     return run_view(store, name)
 
 
@@ -140,6 +149,6 @@ async def stop(name: str, request: Request, p: Principal = OPERATOR) -> dict[str
 async def promote(name: str, request: Request, p: Principal = OPERATOR) -> dict[str, Any]:
     """Body ``{"agent_id"}`` (inside the token's prefix): as ``rsi evolve promote NAME --agent A``."""
     evolve_name(name)
-    agent = _target(p, await json_body(request))
+    agent = promote_target(p, await json_body(request))
     out: dict[str, Any] = await run_in_threadpool(promote_run, state(request), p, name, agent)
     return out
