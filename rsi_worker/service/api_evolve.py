@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
+from rsi_common import db
 from rsi_common.boundary import check_id
 from rsi_common.credentials import find_credentials
 from rsi_common.errors import InvalidInput
@@ -94,12 +95,16 @@ def stop_run(svc: ServiceState, p: Principal, name: str) -> dict[str, Any]:
 
 def promote_run(svc: ServiceState, p: Principal, name: str, agent: str) -> dict[str, Any]:
     """``rsi evolve promote``, audited: the frontier becomes ``agent``'s current version (fenced write,
-    lineage, the gate's import checks); a busy agent is refused with 409."""
+    lineage, the gate's import checks); a busy or frozen agent is refused with 409."""
     store = store_of(svc)
     env = EvolveEnv(svc.sessions, _no_models, svc.settings)
 
     def act() -> dict[str, Any]:
         known_run(store, name)
+        with svc.read() as s:
+            row = s.get(db.AgentRow, agent)
+            if row is not None and row.frozen:  # the fenced write would keep it; say why, change nothing
+                raise Problem(409, "agent-frozen", "the agent is frozen: unfreeze it first")
         try:
             out = ops.promote(env, svc.client.coord, name, agent, dispatcher=svc.client.dispatcher)
         except InvalidInput as exc:

@@ -61,6 +61,8 @@ def test_runs_are_listed_and_read_as_the_store_holds_them(live_db: Live) -> None
     assert one["heldout"] == [{"t": h["t"], "version": h["version"], "S": h["S"]} for h in state["heldout"]]
     text = str(one)
     assert "prompt" not in one["config"] and all(t not in text for t in ("h000", "h001"))  # no held-out ids
+    fresh = viewer.get("/v1/evolve/ev-b").json()  # created, never run: no state yet
+    assert (fresh["rounds"], fresh["frontier"]["version"], fresh["baseline"]["S"]) == ([], "h0", None)
     r = viewer.get("/v1/evolve/ev-zz")
     assert r.status_code == 404 and r.json()["type"] == "urn:rsi:problem:unknown-evolve-run"
     assert live_db.http(live_db.tokens["host"]).get("/v1/evolve").status_code == 403
@@ -96,8 +98,12 @@ def test_stop_and_promote_need_the_operator_scope_and_the_prefix_and_are_audited
     busy = shop.post("/v1/evolve/ev-p/promote", json={"agent_id": "shop-1"})
     assert busy.status_code == 409 and busy.json()["type"] == "urn:rsi:problem:agent-busy"
     coord.finish(lease)
+    assert shop.post("/v1/agents/shop-1/freeze", json={}).status_code == 200
+    frozen = shop.post("/v1/evolve/ev-p/promote", json={"agent_id": "shop-1"})
+    assert frozen.status_code == 409 and frozen.json()["type"] == "urn:rsi:problem:agent-frozen"
     with sessions() as s:
         assert len(db.lineage(s, "shop-1")) == 1
+        assert db.get_agent(s, "shop-1").frozen is True
     op = live_db.http(live_db.tokens["operator"])
     assert op.post("/v1/evolve/ev-zz/stop", json={}).status_code == 404
     r = op.post("/v1/evolve/ev-s/stop", json={})
@@ -105,6 +111,8 @@ def test_stop_and_promote_need_the_operator_scope_and_the_prefix_and_are_audited
     assert store.run("ev-s")[3] is True
     assert _audit(live_db) == [
         ("evolve.promote", "shop-1", "ev-p", "ok"),
+        ("evolve.promote", "shop-1", "ev-p", "refused"),
+        ("freeze", "shop-1", None, "ok"),
         ("evolve.promote", "shop-1", "ev-p", "refused"),
         ("evolve.stop", None, "ev-zz", "refused"),
         ("evolve.stop", None, "ev-s", "ok"),
