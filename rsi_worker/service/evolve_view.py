@@ -109,9 +109,8 @@ def run_view(store: Store, name: str) -> dict[str, Any]:
     rounds = []
     for t in judged:
         rnd, dec = stored[t], stored[t]["decision"]
-        nxt = stored.get(t + 1)
-        after_usage = (nxt or {}).get("before", {}) or {}
-        used = _calls(after_usage.get("usage") if nxt and nxt.get("before") else state.get("usage"))
+        nxt = (stored.get(t + 1) or {}).get("before")  # the usage the next round started with, else now's
+        used = _calls((nxt or state).get("usage"))
         before = _calls((rnd["before"] or {}).get("usage"))
         version = _version_after(state, t)
         lo, hi, n = spans.get(t, (None, None, 0))

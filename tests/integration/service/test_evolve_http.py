@@ -56,7 +56,11 @@ def test_runs_are_listed_and_read_as_the_store_holds_them(live_db: Live) -> None
         assert row["trials"] == len(store.trials("ev-a", row["t"]))
     assert [r["S_evolve"] for r in one["rounds"]] == state["trajectory"][1:]
     assert one["frontier"]["version"] == a["frontier_version"]
-    assert sum(r["model_calls"] for r in one["rounds"]) > 0
+    def calls(usage: dict[str, Any]) -> int:
+        return sum(int(u["calls"]) for u in usage.values())
+
+    spent = calls(state["usage"]) - calls(judged[0]["before"]["usage"])  # every round's calls, once
+    assert sum(r["model_calls"] for r in one["rounds"]) == spent > 0
     assert one["config"]["params"]["T"] == 2 and one["baseline"]["S"] == state["trajectory"][0]
     assert one["heldout"] == [{"t": h["t"], "version": h["version"], "S": h["S"]} for h in state["heldout"]]
     text = str(one)
