@@ -111,6 +111,57 @@ class Store:
                 dict(row.state) if row.state is not None else None,
             )
 
+    def runs_page(self, *, limit: int, after: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        """Runs newest first (``created_at``, then name, descending), ``limit`` of them after the run named
+        ``after``: ``(rows, next cursor)``; a row is ``name, suite, status, stop_requested, T, state,
+        created_at, updated_at`` (datetimes). Raises ``InvalidInput`` for an unknown cursor."""
+        E = db.EvolveRow
+        with self._read() as s:
+            # the order on the key columns only, then the page's rows: the same on both dialects
+            names = [str(n) for n in s.execute(sa.select(E.name).order_by(E.created_at.desc(), E.name.desc()))
+                     .scalars()]
+            if after is not None and after not in names:
+                raise InvalidInput("cursor: not a run of this listing")
+            start = names.index(after) + 1 if after is not None else 0
+            page = names[start:start + limit + 1]
+            found = {r.name: r for r in s.execute(sa.select(E).where(E.name.in_(page[:limit]))).scalars()}
+            rows = [found[n] for n in page[:limit] if n in found]
+            out: list[dict[str, Any]] = [
+                {
+                    "name": r.name,
+                    "suite": r.suite,
+                    "status": r.status,
+                    "stop_requested": r.stop_requested,
+                    "T": EvolveConfig.from_json(r.config).params.T,
+                    "state": dict(r.state) if r.state is not None else None,
+                    "created_at": r.created_at,
+                    "updated_at": r.updated_at,
+                }
+                for r in rows
+            ]
+        return out, (page[limit - 1] if len(page) > limit else None)
+
+    def run_times(self, name: str) -> tuple[Any, Any]:
+        """``(created_at, updated_at)`` of run ``name`` (datetimes). Raises ``InvalidInput`` when unknown."""
+        E = db.EvolveRow
+        with self._read() as s:
+            found = s.execute(sa.select(E.created_at, E.updated_at).where(E.name == name)).one_or_none()
+        if found is None:
+            raise InvalidInput(f"unknown evolve run {name!r}")
+        return found[0], found[1]
+
+    def trial_spans(self, name: str) -> dict[int, tuple[Any, Any, int]]:
+        """Per round ``t``: ``(first, last, count)`` of its stored trials' ``created_at`` (the trial
+        columns only, never their JSON) — the span a round spent measuring."""
+        T = db.EvolveTrialRow
+        with self._read() as s:
+            rows = s.execute(
+                sa.select(T.t, sa.func.min(T.created_at), sa.func.max(T.created_at), sa.func.count())
+                .where(T.evolve == name)
+                .group_by(T.t)
+            )
+            return {int(t): (lo, hi, int(n)) for t, lo, hi, n in rows}
+
     def run_suite(self, name: str) -> str:
         """The suite name of run ``name``. Raises ``InvalidInput`` for an unknown run."""
         return self.run(name)[0]

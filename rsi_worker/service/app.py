@@ -18,10 +18,10 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from rsi_worker.service import api_host, api_operator, api_read, api_runtime
+from rsi_worker.service import api_evolve, api_host, api_operator, api_read, api_runtime
 from rsi_worker.service.auth import Principal
+from rsi_worker.service.console import evolve_pages, runtime_pages
 from rsi_worker.service.console import routes as console_routes
-from rsi_worker.service.console import runtime_pages
 from rsi_worker.service.deps import need, state
 from rsi_worker.service.middleware import BodyLimit, RequestMetrics
 from rsi_worker.service.problems import install_handlers, problem_response
@@ -77,8 +77,10 @@ def create_app(svc: ServiceState, *, close_state: bool = True) -> FastAPI:
     app.include_router(api_read.router)
     app.include_router(api_operator.router)
     app.include_router(api_runtime.router)
+    app.include_router(api_evolve.router)
     app.include_router(console_routes.router)
     app.include_router(runtime_pages.router)
+    app.include_router(evolve_pages.router)
     console_routes.mount_static(app)
 
     @app.get("/healthz", tags=["system"], summary="The process answers (no token)")

@@ -90,7 +90,7 @@ def problem_response(
         "detail": detail,
     }
     if request is not None:
-        body["instance"] = request.url.path
+        body["instance"] = redact(request.url.path)  # a path may carry a pasted secret
     body.update(extra)
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 

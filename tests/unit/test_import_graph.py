@@ -234,7 +234,7 @@ def test_the_pipeline_never_imports_celery() -> None:
 RSI_WORKER_LAYERS: Mapping[str, frozenset[str]] = {
     "rsi_worker.observability": frozenset(),
     "rsi_worker.gate": frozenset(),
-    "rsi_worker.service": frozenset(),
+    "rsi_worker.service": frozenset({"rsi_worker.evolve"}),
     "rsi_worker.roles": frozenset({"rsi_worker.gate"}),
     "rsi_worker.consolidate": frozenset({"rsi_worker.roles", "rsi_worker.gate", "rsi_worker.observability"}),
     "rsi_worker.runtime": frozenset({"rsi_worker.consolidate", "rsi_worker.observability"}),

@@ -1,9 +1,11 @@
 """Server-side plots as inline SVG (no JavaScript, no chart library): the agent page's score chart
-(incumbent S, each candidate's S, δ, adoptions over rounds) and token chart (tokens per run).
+(incumbent S, each candidate's S, δ, adoptions over rounds) and token chart (tokens per run), and the
+evolve run page's chart (S on the evolve and held-out splits, candidates, δ, adoptions over rounds).
 
 Every data point is one SVG element with a class naming its series — ``pt-incumbent``,
-``pt-candidate``, ``pt-delta``, ``adoption``, ``bar-tokens`` — and a ``<title>`` (the tooltip), so
-the page is readable as is and countable by tests. Sizes are in SVG user units (CSS pixels).
+``pt-candidate``, ``pt-delta``, ``adoption``, ``bar-tokens``, ``pt-evolve``, ``pt-heldout`` — and a
+``<title>`` (the tooltip), so the page is readable as is and countable by tests. Sizes are in SVG user
+units (CSS pixels).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-__all__ = ["score_chart", "token_chart"]
+__all__ = ["evolve_chart", "score_chart", "token_chart"]
 
 W, H = 720, 220
 PAD_L, PAD_R, PAD_T, PAD_B = 44, 12, 14, 28
@@ -114,5 +116,68 @@ def token_chart(series: Sequence[dict[str, Any]]) -> str:
             f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{H - PAD_B - y:.1f}" class="{cls}">'
             f"<title>{escape(r['run_id'])}: {r['tokens']:,} tokens ({escape(r['status'])})</title></rect>"
         )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _series(out: list[str], points: Sequence[tuple[float, float, str]], cls: str, r: float) -> None:
+    """A line through ``(x, S, tooltip)`` points (S in [0, 1]) and a ``pt-<cls>`` circle at each."""
+    path = " ".join(f"{x:.1f},{_y(v, 1.0):.1f}" for x, v, _ in points)
+    if len(points) > 1:
+        out.append(f'<polyline points="{path}" class="line-{cls}"/>')
+    for x, v, tip in points:
+        out.append(
+            f'<circle cx="{x:.1f}" cy="{_y(v, 1.0):.1f}" r="{r}" class="pt pt-{cls}">'
+            f"<title>{escape(tip)}</title></circle>"
+        )
+
+
+def evolve_chart(view: dict[str, Any]) -> str:
+    """An evolve run over its rounds (``view`` from ``rsi_worker.service.evolve_view.run_view``): x = the
+    baseline then each judged round. One ``pt-evolve`` circle per point of the incumbent's S on the evolve
+    split (the baseline and every round), one ``pt-heldout`` circle per point whose held-out S is measured,
+    one ``pt-candidate`` circle per measured candidate, one ``pt-delta`` square per round (δ), one
+    ``adoption`` line per adopting round."""
+    rounds = view["rounds"]
+    base = view["baseline"]
+    n = len(rounds) + 1
+    out = _frame(
+        "Evolve run: S on the evolve and held-out splits, candidates, δ",
+        1.0, (0.0, 0.25, 0.5, 0.75, 1.0), ".2f", n, "baseline + rounds",
+    )
+    evolve: list[tuple[float, float, str]] = []
+    held: list[tuple[float, float, str]] = []
+    if base["S"] is not None:
+        evolve.append((_x(0, n), float(base["S"]), f"baseline (H0): S {base['S']}"))
+    if base["S_heldout"] is not None:
+        held.append((_x(0, n), float(base["S_heldout"]), f"baseline (H0): held-out S {base['S_heldout']}"))
+    for i, r in enumerate(rounds, start=1):
+        x = _x(i, n)
+        if r["adopted"]:
+            out.append(
+                f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{PAD_T}" y2="{H - PAD_B}" class="adoption">'
+                f"<title>round {r['t']}: adopted {escape(str(r['winner']))}</title></line>"
+            )
+        for c in r["candidates"]:
+            if c.get("S") is None:
+                continue
+            color = _OUTCOME_COLOR.get(str(c.get("outcome")), "#6e7781")
+            out.append(
+                f'<circle cx="{x + 4:.1f}" cy="{_y(float(c["S"]), 1.0):.1f}" r="3" fill="{color}" '
+                f'class="pt pt-candidate"><title>round {r["t"]} {escape(str(c["variant"]))}: S {c["S"]} '
+                f"({escape(str(c.get('outcome')))})</title></circle>"
+            )
+        if r.get("delta") is not None:
+            y = _y(min(1.0, float(r["delta"])), 1.0)
+            out.append(
+                f'<rect x="{x - 2.5:.1f}" y="{y - 2.5:.1f}" width="5" height="5" class="pt pt-delta">'
+                f"<title>round {r['t']}: δ {r['delta']}</title></rect>"
+            )
+        if r.get("S_evolve") is not None:
+            evolve.append((x, float(r["S_evolve"]), f"after round {r['t']}: S {r['S_evolve']}"))
+        if r.get("S_heldout") is not None:
+            held.append((x, float(r["S_heldout"]), f"after round {r['t']}: held-out S {r['S_heldout']}"))
+    _series(out, held, "heldout", 5.5)  # a ring around the evolve point it may sit on
+    _series(out, evolve, "evolve", 3.5)
     out.append("</svg>")
     return "".join(out)

@@ -14,6 +14,7 @@ from rsi_common import db
 from tests.integration.client.conftest import make_world
 from tests.integration.client.helpers import store_version, variant
 from tests.integration.service.conftest import SCOPES, Live
+from tests.support.evolve_run import small_run
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -59,6 +60,10 @@ CALLS = [
     Call("POST", "/v1/agents/ma/unfreeze", "operator", {}),
     Call("POST", "/v1/agents/ma/clone", "operator", {"new_agent_id": "ma-clone"}),
     Call("POST", "/v1/agents/mb/consolidate", "operator", {}),
+    Call("GET", "/v1/evolve", "viewer"),
+    Call("GET", "/v1/evolve/mx-ev", "viewer"),
+    Call("POST", "/v1/evolve/mx-ev/stop", "operator", {}),
+    Call("POST", "/v1/evolve/mx-ev/promote", "operator", {"agent_id": "ma-ev"}),
     Call("GET", "/v1/tokens", "admin"),
     Call("POST", "/v1/tokens", "admin", {"name": "made", "scopes": ["viewer"]}, ok=201),
     Call("DELETE", "/v1/tokens/{token}", "admin"),
@@ -73,7 +78,7 @@ CALLERS = ("none", "bogus", *SCOPES)
 
 
 def _seed(live: Live) -> dict[str, str]:
-    """Agents ``ma`` (a turn, a stored version, a run) and ``mb`` (a turn)."""
+    """Agents ``ma`` (a turn, a stored version, a run) and ``mb`` (a turn); evolve run ``mx-ev`` (1 round)."""
     sessions = live.svc.sessions
     http = live.http(live.tokens["host"])
     for agent, io in (("ma", "io-m1"), ("mb", "io-b1")):
@@ -84,6 +89,7 @@ def _seed(live: Live) -> dict[str, str]:
     v = store_version(sessions, "ma", variant("matrix"))
     with sessions.begin() as s:
         run = db.skip_run(s, "ma", io_id="io-m1", reason="matrix")
+    small_run(sessions, live.svc.settings, "mx-ev", rounds=1)  # a frontier to promote (again and again)
     return {"run": run.id, "v": v}
 
 
