@@ -30,10 +30,12 @@ from typing import Any
 from rsi_common.boundary import MAX_LINE_BYTES, check_id, check_label, key_segment, parse_json, scan
 from rsi_common.credentials import describe, find_in
 from rsi_common.errors import InvalidInput
+from rsi_worker.gate.regex_risk import backtracks
 
 __all__ = [
     "CHECK_KINDS",
     "DEFAULT_SYSTEM",
+    "MAX_REGEX_ANSWER",
     "MAX_TASKS",
     "SUITE_SCHEMA",
     "Suite",
@@ -54,6 +56,9 @@ MAX_TEXT = 20_000
 MAX_CHECK_TEXT = 2_000
 MAX_SUITE_BYTES = 64_000_000
 """A whole suite, as measured by :func:`rsi_common.boundary.scan` (above what the per-field limits allow)."""
+MAX_REGEX_ANSWER = 20_000
+"""A ``regex`` check searches the first this many characters of an answer (a model's answer is hostile:
+even a plain ``.*x`` is quadratic in its length)."""
 MAX_NAME_CHARS = 200
 """A check's name (shown in views and reports: one line, no control character)."""
 _KEYS = {"schema", "name", "agent", "system", "tasks", "heldout"}
@@ -178,8 +183,14 @@ def _check(path: str, x: object, i: int) -> dict[str, Any]:
         pattern = _str(f"{path}.pattern", x.get("pattern"), MAX_CHECK_TEXT)
         try:
             re.compile(pattern)
-        except re.error as exc:
-            raise InvalidInput(f"{path}.pattern: cannot run: the pattern does not compile ({exc})") from None
+        except (re.error, RecursionError) as exc:  # 500 nested groups overflow the stdlib's parser
+            why = exc if isinstance(exc, re.error) else "nested too deeply"
+            raise InvalidInput(f"{path}.pattern: cannot run: the pattern does not compile ({why})") from None
+        if backtracks(pattern):
+            raise InvalidInput(
+                f"{path}.pattern: cannot run: a repetition holds another repetition or an alternation "
+                "(nested quantifiers backtrack exponentially on a hostile answer)"
+            )
         out["pattern"] = pattern
         out["criterion"] = f"The answer matches the pattern {pattern!r}."
     return out

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rsi_common.llm import ModelClient, ModelRequest, complete_json
+from rsi_worker.gate.regex_risk import backtracks
 from rsi_worker.roles.analyst import LENSES, View, render
 
 __all__ = [
@@ -38,6 +39,10 @@ __all__ = [
 DIGEST_KEYS = ("lens", "blocker", "narrative", "evidence", "verifier_evidence", "needed_instead")
 DIGEST_CHARS = 6_000
 MAX_STEPS = 6
+GREP_PATTERN_CHARS = 1_000
+"""A ``grep`` call's pattern, at most (the model's reply is hostile)."""
+GREP_LINE_CHARS = 4_000
+"""A ``grep`` call searches each line's first this many characters (a plain ``.*x`` is quadratic)."""
 TRACE_FILE = "trace.md"
 CHECKS_FILE = "checks.json"
 DIGESTER_SYSTEM = (
@@ -104,16 +109,19 @@ def _tool(files: Mapping[str, str], name: str, args: Mapping[str, Any]) -> str:
     if name == "glob":
         return "\n".join(p for p in files if fnmatch.fnmatch(p, str(args.get("pattern") or "*"))) or "(none)"
     if name == "grep":
+        pattern = str(args.get("pattern") or "")[:GREP_PATTERN_CHARS]
         try:
-            rx = re.compile(str(args.get("pattern") or ""))
-        except re.error as exc:
-            return f"error: bad pattern ({exc})"
+            rx = re.compile(pattern)
+        except (re.error, RecursionError) as exc:
+            return f"error: bad pattern ({exc if isinstance(exc, re.error) else 'nested too deeply'})"
+        if backtracks(pattern):  # the model's pattern is hostile input: no exponential search
+            return "error: bad pattern (a repetition holds another repetition or an alternation)"
         paths = [str(args["path"])] if args.get("path") else list(files)
         hits = [
             f"{p}:{i}: {line}"
             for p in paths
             for i, line in enumerate(files.get(p, "").splitlines(), 1)
-            if rx.search(line)
+            if rx.search(line[:GREP_LINE_CHARS])
         ]
         return "\n".join(hits[:200]) or "(no match)"
     return f"error: unknown tool {name[:40]!r}"
