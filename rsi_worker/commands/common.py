@@ -58,6 +58,10 @@ _UNSHOWABLE = re.compile(f"[\x00-\x1f\x7f-\x9f{chr(0xD800)}-{chr(0xDFFF)}]")
 surrogates (no surrogate literal: mypyc refuses one, docs/dev/compiled.md)."""
 
 
+_JSON_RAW = re.compile(f"[\x7f-\x9f{chr(0xD800)}-{chr(0xDFFF)}]")
+"""What ``json.dumps(ensure_ascii=False)`` leaves raw that a terminal must not get raw (C0 it escapes)."""
+
+
 def _escape(m: re.Match[str]) -> str:
     code = ord(m.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
@@ -77,8 +81,10 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def echo_json(obj: Any) -> None:
-    """Print ``obj`` as indented JSON on stdout."""
-    typer.echo(json.dumps(to_jsonable(obj), indent=2, ensure_ascii=False))
+    """Print ``obj`` as indented JSON on stdout; DEL, C1 controls and lone surrogates, which ``json.dumps``
+    leaves raw with ``ensure_ascii=False``, are written as ``\\uNNNN`` escapes (the same JSON value)."""
+    text = json.dumps(to_jsonable(obj), indent=2, ensure_ascii=False)
+    typer.echo(_JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
 def fail(message: str, *, code: int = EXIT_INPUT, as_json: bool = False, kind: str = "error") -> NoReturn:
