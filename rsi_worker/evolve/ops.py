@@ -287,7 +287,9 @@ def promote(
                 status="adopted",
                 reason=f"promoted from evolve run {name}",
                 result={"status": "adopted", "evolve": name, "version": harness.version},
-                adoption=Adoption(harness.version, payload, summary=summary),
+                # the checked harness's own payload, never the stored one: materialize keeps only the
+                # files the manifest references, so extra entries (any path, any text) never reach the agent
+                adoption=Adoption(harness.version, harness.payload(), summary=summary),
             )
             if done.outcome != "adopted":
                 raise InvalidInput(f"promotion not applied ({done.outcome}): the agent moved meanwhile")
