@@ -49,8 +49,10 @@ def _write(dir_fd: int, name: str, text: str) -> None:
     tmp = f".{name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            # a lone surrogate (a model's answer may hold one) only occurs inside a JSON string, where its
+            # backslash form is the JSON escape of the same value: the file stays valid UTF-8 and JSON
+            f.write(text.encode("utf-8", "backslashreplace"))
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with contextlib.suppress(OSError):

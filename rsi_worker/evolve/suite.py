@@ -233,8 +233,9 @@ def validate_suite(obj: object, world_exists: Callable[[str], bool] | None = Non
             a credential-shaped value is named by its field, never echoed.
     """
     d = _obj("suite", obj, _KEYS)
-    # the boundary's rules before anything else reads it: depth, size, no lone surrogate or U+0000 in any
-    # text or key (PostgreSQL's JSON refuses both; SQLite would store them), finite numbers
+    # the boundary's rules before anything else reads it (docs/security/input-boundary.md): depth, size,
+    # finite numbers, no lone surrogate or U+0000 in any text or key (refused outside world content: a
+    # lone surrogate cannot be encoded as UTF-8 — the policy's request body, exports, --json output)
     scan(dict(d), "suite", max_bytes=MAX_SUITE_BYTES)
     if d.get("schema", SUITE_SCHEMA) != SUITE_SCHEMA:
         raise InvalidInput(f"suite.schema: expected {SUITE_SCHEMA!r}")

@@ -72,7 +72,7 @@ TEXT_FIELDS: list[tuple[str, Any]] = [
 def test_a_lone_surrogate_or_nul_in_any_text_is_refused_naming_the_field(
     field: str, build: Any, entry: dict[str, Any]
 ) -> None:
-    # was: stored as given — SQLite kept it, PostgreSQL's JSON refused it with a driver error
+    # was: stored as given (both databases keep it in JSON), then `suite show --json` died on encoding it
     message = refused(lambda: from_jsonl("s", lines(build(entry["text"]), task("t2"))))
     assert message.startswith(field + ":") and not has_bad_chars(message)
 
@@ -300,8 +300,8 @@ def suites(engine: Engine) -> int:
 def test_build_refuses_the_same_bad_files_on_both_databases(
     cli_env: dict[str, str], engine: Engine, tmp_path: Path
 ) -> None:
-    # a lone surrogate in a request (a `\ud800` escape) and U+0000 in a check: was stored on SQLite and
-    # a database error on PostgreSQL; now the same refusal, naming the field, and nothing stored
+    # a lone surrogate in a request (a `\ud800` escape) and U+0000 in a check: were stored on both
+    # databases (and the suite could not be shown as JSON); now refused naming the field, nothing stored
     for bad, field in (
         (task(request="a \ud800 b"), "suite.tasks[0].request"),
         (task(checks=[{"criterion": "a\x00b"}]), "suite.tasks[0].checks[0].criterion"),
