@@ -19,17 +19,20 @@ import pytest
 import sqlalchemy as sa
 
 from rsi_common.coord import Coordinator
-from rsi_common.db import HarnessRow, RunRow, get_agent
+from rsi_common.db import HarnessRow, RunRow, WorldRow, get_agent
 from rsi_common.db import evolve as edb
 from rsi_common.errors import InvalidInput
 from rsi_common.harness import harness_from_workspace, materialize, workspace_of
 from rsi_common.llm import ModelClient, ModelRequest, ModelResponse, Usage
 from rsi_common.math import RRSIParams
+from rsi_worker.consolidate.signals import checks_for
 from rsi_worker.evolve.config import EvolveConfig
 from rsi_worker.evolve.engine import run_inline
 from rsi_worker.evolve.ops import export_run, promote, readjudicate_round, reevaluate_round
 from rsi_worker.evolve.suite import validate_suite
+from tests.adversarial import attacks
 from tests.adversarial.credentials_support import POSITIVE, leaks
+from tests.adversarial.test_evolve_hostile import ESC
 from tests.adversarial.test_locks import SKILL_IMPL, comp
 from tests.adversarial.test_user_text import AcceptAll
 from tests.unit.evolve.conftest import EvolveStack
@@ -394,3 +397,52 @@ def test_hostile_model_text_is_stored_and_exported_as_valid_json(tmp_path: Path)
         json.loads((out / "directives.json").read_text(encoding="utf-8"))
     finally:
         stack.engine.dispose()
+
+
+# --- stored rows written before the rules (or by hand) ----------------------------------------------
+
+
+def test_a_poisoned_stored_suite_fails_its_run_by_field_and_leaves_it_resumable(stack: EvolveStack) -> None:
+    # was: UnicodeEncodeError out of the suite's memo key (a traceback; the cluster's step died on it)
+    spec = stack.suite.to_json()
+    spec["tasks"][0]["request"] += " \ud800"
+    with stack.sessions.begin() as s:
+        s.get(edb.SuiteRow, stack.suite.name).spec = spec  # type: ignore[union-attr]
+    name = stack.create("r", params={"T": 1})
+    with pytest.raises(InvalidInput, match=r"^suite\.tasks\[0\]\.request: contains a lone surrogate"):
+        run_inline(stack.env, name)
+    assert stack.store.run(name)[2] == "created" and stack.store.run(name)[4] is None
+    stack.store.save_suite(stack.suite, replace=True)  # the operator repairs the suite: the run goes on
+    assert run_inline(stack.env, name).status == "done"
+
+
+# --- suites from an agent's recorded worlds ---------------------------------------------------------
+
+
+def test_a_suite_from_hostile_worlds_stores_ids_and_criteria_only(tmp_path: Path) -> None:
+    from rsi_common.config import Settings
+    from rsi_worker.evolve.suite import from_worlds
+    from tests.support.pipeline import Stack
+
+    injection = attacks.texts("injection")[0]
+    url = f"sqlite:///{tmp_path / 'rsi.db'}"
+    pipeline = Stack(Settings(database_url=url, model_backoff_s=0))
+    try:
+        for i in range(3):
+            pipeline.say(
+                "shop",
+                f"c{i}",
+                f"Compare laptops {ESC} {injection} \ud800",  # content: repaired at record time
+                signals={"criteria": ["A better answer does this: show it as a table"]},
+            )
+        with pipeline.sessions() as s:
+            rows = s.execute(sa.select(WorldRow).where(WorldRow.agent_id == "shop")).scalars().all()
+            assert all("\ud800" not in json.dumps(r.world, ensure_ascii=False) for r in rows)  # repaired
+            pairs = [(r.id, checks_for(r.signals or {}, "")) for r in rows]
+        suite = from_worlds("w", "shop", pairs, heldout_fraction=0.34, seed=1)
+        stored = json.dumps(suite.to_json(), ensure_ascii=False)
+        assert "Compare laptops" not in stored and injection not in stored and "\x1b" not in stored
+        assert all(t.world_id == t.id and t.request is None for t in suite.tasks)
+        assert len(suite.heldout) == 1
+    finally:
+        pipeline.close()
