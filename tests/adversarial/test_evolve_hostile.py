@@ -24,6 +24,7 @@ from rsi_worker.evolve.config import LIMITS, EvolveConfig
 from rsi_worker.evolve.suite import MAX_REGEX_ANSWER, from_jsonl, split_heldout
 from rsi_worker.evolve.trials import check_passes
 from rsi_worker.gate.regex_risk import backtracks
+from rsi_worker.roles.digester import _tool
 from tests.adversarial import attacks
 from tests.adversarial.boundary_support import has_bad_chars
 from tests.adversarial.credentials_support import POSITIVE, leaks
@@ -369,3 +370,12 @@ def test_a_config_file_with_a_hostile_key_is_refused_without_echoing_it(
     assert out.exit_code == 1 and "nested deeper than 64" in out.output
     out = rsi(cli_env, "evolve", "status", "r")
     assert out.exit_code == 1 and "unknown evolve run" in out.output  # nothing was created
+
+
+@pytest.mark.parametrize("pattern", ["(a+)+$", "(" * 600 + ")" * 600, "(x|xx)*y"])
+def test_the_digesters_grep_refuses_a_hostile_pattern(pattern: str) -> None:
+    # was: the model's pattern ran as given — `(a+)+$` over a line of "a"s never returned and a
+    # pattern too nested to parse raised RecursionError
+    files = {"trace.md": "a" * 60 + "!\n" + "x" * 60 + "\n"}
+    assert _tool(files, "grep", {"pattern": pattern}).startswith("error: bad pattern")
+    assert _tool(files, "grep", {"pattern": "a{3}!"}).startswith("trace.md:1:")
