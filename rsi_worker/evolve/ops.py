@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rsi_common.boundary import check_id
 from rsi_common.coord import Coordinator
 from rsi_common.db import Adoption, ensure_agent, final_write, get_agent, start_run
 from rsi_common.dispatch import Dispatcher
@@ -255,6 +256,7 @@ def promote(
         InvalidInput: unknown run, the frontier is H0, the agent is busy (a run holds its lease), the
             gate refuses the harness, or the write was superseded.
     """
+    check_id(agent, "--agent")  # before the lease: no Redis key or query is made for a hostile id
     store = env.store
     _, _, _, _, state = store.run(name)
     payload = (state or {}).get("incumbent")

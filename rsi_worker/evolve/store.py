@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 from rsi_common.boundary import check_id
+from rsi_common.credentials import describe, find_in
 from rsi_common.db import evolve as db
 from rsi_common.errors import InvalidInput
 from rsi_worker.evolve.config import EvolveConfig
@@ -90,8 +91,13 @@ class Store:
     # --- runs -----------------------------------------------------------------------------------
 
     def create(self, name: str, suite: str, config: EvolveConfig) -> None:
+        """Store a new run. Raises ``InvalidInput``: a bad or taken name, an unknown suite, or a
+        credential-shaped configuration value (a model name pasted from a secret: named, never echoed)."""
         _name(name, "evolve run name")
         _name(suite, "suite name")
+        hit = find_in(config.to_json(), "config")
+        if hit is not None:
+            raise InvalidInput(f"{hit[0]}: looks like a credential ({describe(hit[1])}); refused")
         with self.sessions.begin() as s:
             if db.get_suite(s, suite) is None:
                 raise InvalidInput(f"unknown suite {suite!r}")

@@ -226,3 +226,11 @@ def test_a_task_that_asks_for_the_held_out_split_never_gets_it(tmp_path: Path) -
             assert not any(CANARY in r for r in seen.get(role, [])), role
     finally:
         stack.engine.dispose()
+
+
+@pytest.mark.parametrize("agent", ["../x", "a\x00", "", "x" * 200, "a" + "\x1b[2J", "\ud800"])
+def test_promote_refuses_a_hostile_agent_id_first(stack: EvolveStack, done: str, agent: str) -> None:
+    client = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    with pytest.raises(InvalidInput, match=r"^--agent: "):
+        promote(stack.env, Coordinator(client, lease_s=30), done, agent)
+    assert client.keys() == []  # no lease key was written for it

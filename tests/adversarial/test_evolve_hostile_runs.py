@@ -259,3 +259,15 @@ def test_a_hostile_report_never_crashes_the_round_or_bloats_its_row(tmp_path: Pa
         assert all(len(rnd["analysis"][k]) <= 20 for k in lists)
     finally:
         stack.engine.dispose()
+
+
+def test_a_credential_in_a_configuration_is_refused_at_create(stack: EvolveStack) -> None:
+    from rsi_worker.evolve.config import EvolveConfig
+    from tests.adversarial.credentials_support import POSITIVE, leaks
+
+    for i, entry in enumerate(POSITIVE):
+        with pytest.raises(InvalidInput) as info:
+            stack.store.create(f"r{i}", stack.suite.name, EvolveConfig(model=entry["text"][:255]))
+        assert not leaks(str(info.value), entry), entry["name"]
+    with pytest.raises(InvalidInput, match="unknown evolve run"):
+        stack.store.run("r0")  # nothing was created
