@@ -319,6 +319,8 @@ def from_jsonl(
     for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        if len(tasks) == MAX_TASKS:  # before parsing the rest: a file of a million tiny lines stops here
+            raise InvalidInput(f"line {n}: more than {MAX_TASKS:,} tasks, over the limit")
         tasks.append(parse_json(line, f"line {n}", max_bytes=MAX_LINE_BYTES))
     held = list(heldout)
     if heldout_fraction is not None:

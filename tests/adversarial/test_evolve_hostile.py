@@ -379,3 +379,17 @@ def test_the_digesters_grep_refuses_a_hostile_pattern(pattern: str) -> None:
     files = {"trace.md": "a" * 60 + "!\n" + "x" * 60 + "\n"}
     assert _tool(files, "grep", {"pattern": pattern}).startswith("error: bad pattern")
     assert _tool(files, "grep", {"pattern": "a{3}!"}).startswith("trace.md:1:")
+
+
+def test_a_file_of_too_many_tasks_stops_at_the_limit() -> None:
+    from rsi_worker.evolve.suite import MAX_TASKS
+
+    def many() -> Any:  # a million lines: only the first MAX_TASKS + 1 may ever be read
+        for i in range(1_000_000):
+            if i > MAX_TASKS:
+                raise AssertionError("read past the limit")
+            yield json.dumps(task(f"t{i}"))
+
+    message = refused(lambda: from_jsonl("s", many()))
+    assert message == f"line {MAX_TASKS + 1}: more than {MAX_TASKS:,} tasks, over the limit"
+    assert len(from_jsonl("s", [json.dumps(task(f"t{i}")) for i in range(MAX_TASKS)]).tasks) == MAX_TASKS
