@@ -99,6 +99,7 @@ def suite_build(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Validate and store a task suite."""
+    from rsi_common.boundary import check_id
     from rsi_common.db import WorldRow
     from rsi_common.errors import InvalidInput
     from rsi_worker.consolidate.signals import checks_for
@@ -130,6 +131,7 @@ def suite_build(
             )
         else:
             assert from_agent is not None
+            check_id(from_agent, "--from-agent")  # before the query: one refusal on both databases
             with rt.sessions() as s:
                 rows = (
                     s.execute(

@@ -341,6 +341,8 @@ def test_names_and_files_from_the_command_line(
         assert out.exit_code == 1 and "not a valid id" in out.output and "\x1b" not in out.output
     out = rsi(cli_env, "evolve", "init", "r", "--suite", "nope\x00")
     assert out.exit_code == 1 and "suite name: not a valid id" in out.output
+    out = rsi(cli_env, "suite", "build", "s", "--from-agent", "shop\x00", "--heldout-fraction", "0.5")
+    assert out.exit_code == 1 and "--from-agent: not a valid id" in out.output  # was exit 2 on PostgreSQL
 
 
 def test_show_never_writes_a_control_character_raw(cli_env: dict[str, str], tmp_path: Path) -> None:
