@@ -35,7 +35,7 @@ explode (threads, model calls, rows); ``params.m`` is capped at 8 by the variant
 
 def _int(name: str, x: object, lo: int, hi: int) -> int:
     if isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi:
-        shown = repr(x) if isinstance(x, (int, float)) else type(x).__name__
+        shown = repr(x)[:40] if isinstance(x, (int, float)) else type(x).__name__
         raise InvalidInput(f"config.{name}: must be an integer from {lo} to {hi:,}, got {shown}")
     return x
 
