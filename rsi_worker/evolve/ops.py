@@ -253,8 +253,9 @@ def promote(
     the agent's current harness.
 
     Raises:
-        InvalidInput: unknown run, the frontier is H0, the agent is busy (a run holds its lease), the
-            gate refuses the harness, or the write was superseded.
+        InvalidInput: ``agent`` is no id, unknown run, the frontier is H0 or a payload that does not
+            materialize (tampered, an escaping path), the agent is busy (a run holds its lease), the gate
+            refuses the harness, or the write was superseded.
     """
     check_id(agent, "--agent")  # before the lease: no Redis key or query is made for a hostile id
     store = env.store
