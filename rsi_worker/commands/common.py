@@ -8,7 +8,8 @@ Exit codes of every command built on these helpers:
 * ``2`` — the setup is wrong: settings, an out-of-date database schema (``rsi db upgrade``), an
   unreachable database, Redis or broker.
 
-Errors are one line on stderr (never a traceback); with ``--json`` the same error is also printed on
+Errors are one line on stderr (never a traceback, never a raw control character, ANSI escape or lone
+surrogate: those are shown as ``\\xNN`` / ``\\uNNNN``); with ``--json`` the same error is also printed on
 stdout as ``{"error": {"type", "message"}}`` so scripts can parse every outcome. The line never holds a
 secret: credentials and URL passwords are redacted (``docs/security/credentials.md``). The root group
 of ``rsi`` (:class:`rsi_worker.cli.RsiGroup`) wraps every command in :func:`cli_errors`, so a
@@ -20,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import re
 from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -51,6 +53,18 @@ EXIT_INPUT = 1
 """Exit code of an unknown or malformed input."""
 EXIT_SETUP = 2
 """Exit code of a setup problem (settings, schema, unreachable backend)."""
+_UNSHOWABLE = re.compile(f"[\x00-\x1f\x7f-\x9f{chr(0xD800)}-{chr(0xDFFF)}]")
+"""What a terminal line must not carry raw: C0/C1 controls (ANSI escapes start with one), DEL, lone
+surrogates (no surrogate literal: mypyc refuses one, docs/dev/compiled.md)."""
+
+
+_JSON_RAW = re.compile(f"[\x7f-\x9f{chr(0xD800)}-{chr(0xDFFF)}]")
+"""What ``json.dumps(ensure_ascii=False)`` leaves raw that a terminal must not get raw (C0 it escapes)."""
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -67,18 +81,21 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def echo_json(obj: Any) -> None:
-    """Print ``obj`` as indented JSON on stdout."""
-    typer.echo(json.dumps(to_jsonable(obj), indent=2, ensure_ascii=False))
+    """Print ``obj`` as indented JSON on stdout; DEL, C1 controls and lone surrogates, which ``json.dumps``
+    leaves raw with ``ensure_ascii=False``, are written as ``\\uNNNN`` escapes (the same JSON value)."""
+    text = json.dumps(to_jsonable(obj), indent=2, ensure_ascii=False)
+    typer.echo(_JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
 def fail(message: str, *, code: int = EXIT_INPUT, as_json: bool = False, kind: str = "error") -> NoReturn:
     """Report ``message`` (stderr; with ``as_json`` also as JSON on stdout) and exit with ``code``.
 
-    The message is put on one line with credentials and URL passwords redacted.
+    The message is put on one line with credentials and URL passwords redacted and every control
+    character or lone surrogate escaped (module docstring).
     """
     from rsi_common.credentials import redact, redact_urls
 
-    message = " ".join(redact_urls(redact(message)).split())
+    message = _UNSHOWABLE.sub(_escape, " ".join(redact_urls(redact(message)).split()))
     if as_json:
         typer.echo(json.dumps({"error": {"type": kind, "message": message}}, ensure_ascii=False))
     typer.echo(f"error: {message}", err=True)

@@ -61,14 +61,24 @@ def _runtime(*, models: bool = False) -> Iterator[tuple[Runtime, EvolveEnv]]:
 
 
 def _read(path: Path, as_json: bool) -> str:
+    """A regular file's text (UTF-8, at most ``MAX_FILE_BYTES``): a directory, a FIFO or a device is refused
+    before it is read, and at most one byte over the limit is ever read (a file may grow meanwhile)."""
+    import stat
+
     try:
-        size = path.stat().st_size
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            fail(f"{path}: not a regular file", as_json=as_json)
+        if info.st_size > MAX_FILE_BYTES:
+            fail(f"{path}: {info.st_size} bytes, over the limit of {MAX_FILE_BYTES}", as_json=as_json)
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         fail(f"{path}: cannot read ({type(exc).__name__})", as_json=as_json)
-    if size > MAX_FILE_BYTES:
-        fail(f"{path}: {size} bytes, over the limit of {MAX_FILE_BYTES}", as_json=as_json)
+    if len(data) > MAX_FILE_BYTES:
+        fail(f"{path}: over the limit of {MAX_FILE_BYTES} bytes", as_json=as_json)
     try:
-        return path.read_bytes().decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         fail(f"{path}: not valid UTF-8 (byte {exc.start + 1})", as_json=as_json)
 
@@ -89,6 +99,7 @@ def suite_build(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Validate and store a task suite."""
+    from rsi_common.boundary import check_id
     from rsi_common.db import WorldRow
     from rsi_common.errors import InvalidInput
     from rsi_worker.consolidate.signals import checks_for
@@ -120,6 +131,7 @@ def suite_build(
             )
         else:
             assert from_agent is not None
+            check_id(from_agent, "--from-agent")  # before the query: one refusal on both databases
             with rt.sessions() as s:
                 rows = (
                     s.execute(

@@ -8,16 +8,35 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rsi_common.boundary import MAX_MODEL_CHARS, MAX_PROVIDER_CHARS, MAX_SAFE_INT, check_label
 from rsi_common.config import ConsolidationParams
 from rsi_common.errors import InvalidInput
 from rsi_common.math import ModeConfig, RRSIParams
+from rsi_worker.evolve.suite import MAX_TASKS, refuse_unknown_keys
 
-__all__ = ["EvolveConfig"]
+__all__ = ["LIMITS", "EvolveConfig"]
+
+LIMITS: dict[str, tuple[int, int]] = {
+    "repair_rounds": (0, 20),
+    "n_fail_traces": (0, 500),
+    "n_success_traces": (0, 500),
+    "eval_parallel": (1, 8),
+    "trial_parallel": (1, 64),
+    "digest_parallel": (1, 512),
+    "smoke_n": (0, MAX_TASKS),
+    "seed": (0, MAX_SAFE_INT),
+    "base_evals": (1, 20),
+    "params.T": (0, 1_000),
+    "params.k": (1, 100),
+}
+"""Each integer knob's range ``(lo, hi)``, both included: the caps keep a configuration from making a run
+explode (threads, model calls, rows); ``params.m`` is capped at 8 by the variant labels A..H."""
 
 
-def _int(name: str, x: object, lo: int) -> int:
-    if isinstance(x, bool) or not isinstance(x, int) or x < lo:
-        raise InvalidInput(f"config.{name}: must be an integer >= {lo}, got {x!r}")
+def _int(name: str, x: object, lo: int, hi: int) -> int:
+    if isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi:
+        shown = repr(x)[:40] if isinstance(x, (int, float)) else type(x).__name__
+        raise InvalidInput(f"config.{name}: must be an integer from {lo} to {hi:,}, got {shown}")
     return x
 
 
@@ -55,25 +74,19 @@ class EvolveConfig:
     model: str = "sim-1"
 
     def __post_init__(self) -> None:
-        for name, lo in (
-            ("repair_rounds", 0),
-            ("n_fail_traces", 0),
-            ("n_success_traces", 0),
-            ("eval_parallel", 1),
-            ("trial_parallel", 1),
-            ("digest_parallel", 1),
-            ("smoke_n", 0),
-            ("seed", 0),
-            ("base_evals", 1),
-        ):
-            _int(name, getattr(self, name), lo)
+        for name, (lo, hi) in LIMITS.items():
+            owner, _, attr = name.rpartition(".")
+            _int(name, getattr(self.params if owner else self, attr), lo, hi)
+        if not isinstance(self.mode, str) or len(self.mode) > 40:
+            raise InvalidInput("config.mode: must be one of paper, production")
         ModeConfig.for_mode(self.mode)  # raises for an unknown mode
         object.__setattr__(self, "max_valid_drop", _rate("max_valid_drop", self.max_valid_drop))
         object.__setattr__(self, "max_nosub_rise", _rate("max_nosub_rise", self.max_nosub_rise))
-        for name in ("provider", "model"):
+        for name, chars in (("provider", MAX_PROVIDER_CHARS), ("model", MAX_MODEL_CHARS)):
             x = getattr(self, name)
-            if not isinstance(x, str) or not x or len(x) > 200:
+            if not isinstance(x, str) or not x:
                 raise InvalidInput(f"config.{name}: must be a non-empty string")
+            check_label(x, f"config.{name}", max_chars=chars)  # the world's columns it is recorded in
         if self.params.m > 8:
             raise InvalidInput("config.params.m: at most 8 candidates (variant labels A..H)")
 
@@ -115,11 +128,11 @@ class EvolveConfig:
         naming it."""
         if not isinstance(d, Mapping):
             raise InvalidInput("config: must be a JSON object")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(str(k) for k in d if k not in known)
-        if unknown:
-            raise InvalidInput(f"config: unknown key(s) {', '.join(unknown)}")
+        refuse_unknown_keys("config", d, {f.name for f in dataclasses.fields(cls)})
         kw = dict(d)
+        if isinstance(kw.get("params"), Mapping):
+            known = {f.name for f in dataclasses.fields(RRSIParams)}
+            refuse_unknown_keys("config.params", kw["params"], known)
         if "params" in kw:
             try:
                 kw["params"] = RRSIParams.from_json(kw["params"])

@@ -9,6 +9,7 @@ configured rate guard (if any) plus the exercised guard. Every judgement input i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,7 +33,16 @@ from rsi_common.math import (
 )
 from rsi_worker.evolve.config import EvolveConfig
 
-__all__ = ["NeedsReevaluation", "apply_judgement", "decision_record", "guard_of", "judge", "plain"]
+__all__ = [
+    "WEIGHTS",
+    "NeedsReevaluation",
+    "apply_judgement",
+    "check_overrides",
+    "decision_record",
+    "guard_of",
+    "judge",
+    "plain",
+]
 
 
 class NeedsReevaluation(Exception):
@@ -208,6 +218,32 @@ def apply_judgement(
     return state
 
 
+WEIGHTS = ("beta0", "beta1", "w_s", "w_c", "w_n")
+"""The cost weights ``readjudicate`` may override (RRSIParams fields; independent, not a simplex)."""
+
+
+def _finite_non_negative(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+
+def check_overrides(delta: float | None, weights: Mapping[str, float] | None) -> None:
+    """Refuse a re-judgement's overrides before anything is read or written: an unknown weight name, a
+    weight or δ that is not a finite number >= 0 (NaN, ±inf, negative), each named.
+
+    Raises:
+        InvalidInput: the first bad override.
+    """
+    unknown = sorted(k for k in (weights or {}) if k not in WEIGHTS)
+    if unknown:
+        shown = ", ".join(repr(k[:40]) for k in unknown)
+        raise InvalidInput(f"readjudicate: unknown weight(s) {shown}; allowed: {', '.join(WEIGHTS)}")
+    for k, v in (weights or {}).items():
+        if not _finite_non_negative(v):
+            raise InvalidInput(f"readjudicate: --weight {k}: must be a finite number >= 0, got {v!r}")
+    if delta is not None and not _finite_non_negative(delta):
+        raise InvalidInput(f"readjudicate: --delta must be a finite number >= 0, got {delta!r}")
+
+
 def readjudicate(
     config: EvolveConfig,
     record: Mapping[str, Any],
@@ -228,18 +264,11 @@ def readjudicate(
         InvalidInput: an unknown weight name or a bad value.
     """
     t = int(record["t"])
-    allowed = {"beta0", "beta1", "w_s", "w_c", "w_n"}
-    unknown = sorted(set(weights or {}) - allowed)
-    if unknown:
-        raise InvalidInput(
-            f"readjudicate: unknown weight(s) {', '.join(unknown)}; allowed: {sorted(allowed)}"
-        )
+    check_overrides(delta, weights)
     params = RRSIParams.from_json(record["params"])
     if weights:
         params = RRSIParams.from_json({**params.to_json(), **{k: float(v) for k, v in weights.items()}})
     new_delta = float(record["delta"]) if delta is None else float(delta)
-    if new_delta < 0:
-        raise InvalidInput("readjudicate: delta must be >= 0")
     S_star, S_t = float(record["S_star"]), float(record["incumbent"]["S"])
     stale = []
     for c in record["candidates"]:

@@ -42,9 +42,10 @@ MAX_ENTRIES = 64
 
 
 def suite_key(spec: Mapping[str, Any]) -> str:
-    """SHA-256 (hex, 16 characters) of a stored suite's canonical JSON."""
+    """SHA-256 (hex, 16 characters) of a stored suite's canonical JSON (``surrogatepass``: a poisoned row
+    with a lone surrogate still gets a key, and its validation then names the field)."""
     text = json.dumps(spec, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,16 @@ reevaluate, stop, promote."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rsi_common.boundary import check_id
 from rsi_common.coord import Coordinator
 from rsi_common.db import Adoption, ensure_agent, final_write, get_agent, start_run
 from rsi_common.dispatch import Dispatcher
@@ -19,7 +23,7 @@ from rsi_worker.consolidate.context import load_harness
 from rsi_worker.consolidate.evaluate import StopContext, assemble
 from rsi_worker.consolidate.opening import MAX_KIND_CHARS
 from rsi_worker.evolve.engine import EvolveEnv, _Run, with_heldout
-from rsi_worker.evolve.judgement import apply_judgement, plain, readjudicate
+from rsi_worker.evolve.judgement import apply_judgement, check_overrides, plain, readjudicate
 from rsi_worker.evolve.store import Store
 from rsi_worker.gate.imported import import_reasons
 
@@ -35,23 +39,43 @@ __all__ = [
 PROMOTE_PREFIX = "promote:"
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+def _write(dir_fd: int, name: str, text: str) -> None:
+    """Write ``name`` in the directory ``dir_fd`` through a fresh temporary file renamed over the name.
+
+    The temporary file is created with ``O_EXCL | O_NOFOLLOW`` (a symlink planted under any name is never
+    written through) and the rename replaces whatever entry has the name — a planted symlink is replaced,
+    its target untouched; a planted directory fails the export. Both are relative to ``dir_fd``, so a
+    directory swapped for a symlink meanwhile does not move the writes.
+    """
+    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            # a lone surrogate (a model's answer may hold one) only occurs inside a JSON string, where its
+            # backslash form is the JSON escape of the same value: the file stays valid UTF-8 and JSON
+            f.write(text.encode("utf-8", "backslashreplace"))
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
 
 
 def export_run(store: Store, name: str, out: Path) -> list[Path]:
     """Write the files of docs/algorithm/evolve.md#files under ``out``: ``history.jsonl``, ``frontier.json``,
     ``calibration.json``, ``directives.json``, ``decisions.json`` and ``trials.jsonl`` (raw trials).
 
+    ``out`` is created when missing and may be reached through a symlink (the operator's path); other files
+    in it are left alone; only the seven names are written, each replaced whole (:func:`_write`: a symlink
+    planted inside is never followed).
+
     Raises:
-        InvalidInput: unknown run, or a run without a baseline yet.
+        InvalidInput: unknown run, a run without a baseline yet, ``out`` not a writable directory (a file
+            in its place), or a file that cannot be written (a directory planted under its name).
     """
     _, config, status, _, state = store.run(name)
     if state is None:
         raise InvalidInput(f"evolve run {name!r} has no baseline yet; nothing to export")
-    out.mkdir(parents=True, exist_ok=True)
     rounds = [r for r in store.rounds(name) if r["t"] >= 0]
     inc = state.get("incumbent")
     files = {
@@ -93,11 +117,21 @@ def export_run(store: Store, name: str, out: Path) -> list[Path]:
         "trials.jsonl": "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in store.trials(name)),
         "config.json": json.dumps(config.to_json(), indent=2),
     }
-    paths = []
-    for fname, text in files.items():
-        _write(out / fname, text)
-        paths.append(out / fname)
-    return paths
+    try:  # every text is made before the first file is written
+        out.mkdir(parents=True, exist_ok=True)
+        dir_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise InvalidInput(f"export: {str(out)[:200]!r} is not a directory this user can write "
+                           f"({type(exc).__name__})") from None
+    try:
+        for fname, text in files.items():
+            _write(dir_fd, fname, text)
+    except OSError as exc:
+        where = str(out)[:200]
+        raise InvalidInput(f"export: cannot write {fname} in {where!r} ({type(exc).__name__})") from None
+    finally:
+        os.close(dir_fd)
+    return [out / fname for fname in files]
 
 
 def _judged_round(store: Store, name: str, t: int) -> dict[str, Any]:
@@ -165,8 +199,10 @@ def reevaluate_round(
     """Measure round ``t``'s early-stopped candidates in full, then :func:`readjudicate_round`.
 
     Raises:
-        InvalidInput: later rounds exist, or ``t`` is not a judged round.
+        InvalidInput: a bad δ or weight (before any row is touched), later rounds exist, or ``t`` is not a
+            judged round.
     """
+    check_overrides(delta, weights)
     store = env.store
     rnd = _judged_round(store, name, t)
     record = dict(rnd["decision"])
@@ -217,9 +253,11 @@ def promote(
     the agent's current harness.
 
     Raises:
-        InvalidInput: unknown run, the frontier is H0, the agent is busy (a run holds its lease), the
-            gate refuses the harness, or the write was superseded.
+        InvalidInput: ``agent`` is no id, unknown run, the frontier is H0 or a payload that does not
+            materialize (tampered, an escaping path), the agent is busy (a run holds its lease), the gate
+            refuses the harness, or the write was superseded.
     """
+    check_id(agent, "--agent")  # before the lease: no Redis key or query is made for a hostile id
     store = env.store
     _, _, _, _, state = store.run(name)
     payload = (state or {}).get("incumbent")
@@ -254,7 +292,9 @@ def promote(
                 status="adopted",
                 reason=f"promoted from evolve run {name}",
                 result={"status": "adopted", "evolve": name, "version": harness.version},
-                adoption=Adoption(harness.version, payload, summary=summary),
+                # the checked harness's own payload, never the stored one: materialize keeps only the
+                # files the manifest references, so extra entries (any path, any text) never reach the agent
+                adoption=Adoption(harness.version, harness.payload(), summary=summary),
             )
             if done.outcome != "adopted":
                 raise InvalidInput(f"promotion not applied ({done.outcome}): the agent moved meanwhile")

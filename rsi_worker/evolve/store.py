@@ -11,12 +11,20 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
+from rsi_common.boundary import check_id
+from rsi_common.credentials import describe, find_in
 from rsi_common.db import evolve as db
 from rsi_common.errors import InvalidInput
 from rsi_worker.evolve.config import EvolveConfig
 from rsi_worker.evolve.suite import Suite, validate_suite
 
 __all__ = ["Store", "row_json"]
+
+
+def _name(name: str, what: str) -> str:
+    """``name`` if it follows the id grammar: checked before any query, so SQLite and PostgreSQL refuse the
+    same names (a NUL is a driver error on PostgreSQL) and a message never echoes a control character."""
+    return check_id(name, what, max_chars=64)
 
 
 def row_json(row: db.EvolveTrialRow) -> dict[str, Any]:
@@ -64,6 +72,7 @@ class Store:
                 row.spec = suite.to_json()
 
     def suite(self, name: str) -> Suite:
+        _name(name, "suite name")
         with self._read() as s:
             row = db.get_suite(s, name)
             if row is None:
@@ -72,6 +81,7 @@ class Store:
 
     def suite_spec(self, name: str) -> dict[str, Any]:
         """The stored suite's JSON as stored (not validated again; :mod:`rsi_worker.evolve.memo`)."""
+        _name(name, "suite name")
         with self._read() as s:
             row = db.get_suite(s, name)
             if row is None:
@@ -81,6 +91,13 @@ class Store:
     # --- runs -----------------------------------------------------------------------------------
 
     def create(self, name: str, suite: str, config: EvolveConfig) -> None:
+        """Store a new run. Raises ``InvalidInput``: a bad or taken name, an unknown suite, or a
+        credential-shaped configuration value (a model name pasted from a secret: named, never echoed)."""
+        _name(name, "evolve run name")
+        _name(suite, "suite name")
+        hit = find_in(config.to_json(), "config")
+        if hit is not None:
+            raise InvalidInput(f"{hit[0]}: looks like a credential ({describe(hit[1])}); refused")
         with self.sessions.begin() as s:
             if db.get_suite(s, suite) is None:
                 raise InvalidInput(f"unknown suite {suite!r}")
@@ -98,7 +115,9 @@ class Store:
             )
 
     def run(self, name: str) -> tuple[str, EvolveConfig, str, bool, dict[str, Any] | None]:
-        """``(suite, config, status, stop_requested, state)``. Raises ``InvalidInput`` for an unknown run."""
+        """``(suite, config, status, stop_requested, state)``. Raises ``InvalidInput`` for an unknown run or
+        a name outside the id grammar."""
+        _name(name, "evolve run name")
         with self._read() as s:
             row = db.get_evolve(s, name)
             if row is None:

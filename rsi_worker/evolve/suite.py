@@ -27,19 +27,22 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rsi_common.boundary import MAX_LINE_BYTES, check_id, parse_json
+from rsi_common.boundary import MAX_LINE_BYTES, check_id, check_label, key_segment, parse_json, scan
 from rsi_common.credentials import describe, find_in
 from rsi_common.errors import InvalidInput
+from rsi_worker.gate.regex_risk import backtracks
 
 __all__ = [
     "CHECK_KINDS",
     "DEFAULT_SYSTEM",
+    "MAX_REGEX_ANSWER",
     "MAX_TASKS",
     "SUITE_SCHEMA",
     "Suite",
     "Task",
     "from_jsonl",
     "from_worlds",
+    "refuse_unknown_keys",
     "split_heldout",
     "validate_suite",
 ]
@@ -51,6 +54,13 @@ MAX_TASKS = 5_000
 MAX_CHECKS = 32
 MAX_TEXT = 20_000
 MAX_CHECK_TEXT = 2_000
+MAX_SUITE_BYTES = 64_000_000
+"""A whole suite, as measured by :func:`rsi_common.boundary.scan` (above what the per-field limits allow)."""
+MAX_REGEX_ANSWER = 20_000
+"""A ``regex`` check searches the first this many characters of an answer (a model's answer is hostile:
+even a plain ``.*x`` is quadratic in its length)."""
+MAX_NAME_CHARS = 200
+"""A check's name (shown in views and reports: one line, no control character)."""
 _KEYS = {"schema", "name", "agent", "system", "tasks", "heldout"}
 _TASK_KEYS = {"id", "world_id", "request", "checks"}
 _CHECK_KEYS = {
@@ -133,12 +143,19 @@ def _str(path: str, x: object, limit: int, *, empty_ok: bool = False) -> str:
     return x
 
 
+def refuse_unknown_keys(path: str, x: Mapping[Any, Any], keys: set[str]) -> None:
+    """Raise ``InvalidInput`` naming ``x``'s keys outside ``keys``: a key is shown only when it is a short
+    identifier, any other by position (``<key 3>``), so no secret or control character reaches a message.
+    """
+    unknown = sorted(key_segment(k, i)[1:] for i, k in enumerate(x) if k not in keys)
+    if unknown:
+        raise InvalidInput(f"{path}: unknown key(s) {', '.join(unknown)}")
+
+
 def _obj(path: str, x: object, keys: set[str]) -> Mapping[str, Any]:
     if not isinstance(x, Mapping):
         raise InvalidInput(f"{path}: must be an object, got {type(x).__name__}")
-    unknown = sorted(str(k) for k in x if k not in keys)
-    if unknown:
-        raise InvalidInput(f"{path}: unknown key(s) {', '.join(unknown)}")
+    refuse_unknown_keys(path, x, keys)
     return x
 
 
@@ -152,7 +169,8 @@ def _check(path: str, x: object, i: int) -> dict[str, Any]:
             f"expected one of {', '.join(CHECK_KINDS)}"
         )
     _obj(path, x, _CHECK_KEYS[kind])
-    name = _str(f"{path}.name", x.get("name", f"c{i + 1}"), 200)
+    name = check_label(_str(f"{path}.name", x.get("name", f"c{i + 1}"), MAX_NAME_CHARS), f"{path}.name",
+                       max_chars=MAX_NAME_CHARS)
     out: dict[str, Any] = {"kind": kind, "name": name}
     if kind == "answer_criteria":
         out["criterion"] = _str(f"{path}.criterion", x.get("criterion"), MAX_CHECK_TEXT)
@@ -165,8 +183,14 @@ def _check(path: str, x: object, i: int) -> dict[str, Any]:
         pattern = _str(f"{path}.pattern", x.get("pattern"), MAX_CHECK_TEXT)
         try:
             re.compile(pattern)
-        except re.error as exc:
-            raise InvalidInput(f"{path}.pattern: cannot run: the pattern does not compile ({exc})") from None
+        except (re.error, RecursionError) as exc:  # 500 nested groups overflow the stdlib's parser
+            why = exc if isinstance(exc, re.error) else "nested too deeply"
+            raise InvalidInput(f"{path}.pattern: cannot run: the pattern does not compile ({why})") from None
+        if backtracks(pattern):
+            raise InvalidInput(
+                f"{path}.pattern: cannot run: a repetition holds another repetition or an alternation "
+                "(nested quantifiers backtrack exponentially on a hostile answer)"
+            )
         out["pattern"] = pattern
         out["criterion"] = f"The answer matches the pattern {pattern!r}."
     return out
@@ -209,6 +233,10 @@ def validate_suite(obj: object, world_exists: Callable[[str], bool] | None = Non
             a credential-shaped value is named by its field, never echoed.
     """
     d = _obj("suite", obj, _KEYS)
+    # the boundary's rules before anything else reads it (docs/security/input-boundary.md): depth, size,
+    # finite numbers, no lone surrogate or U+0000 in any text or key (refused outside world content: a
+    # lone surrogate cannot be encoded as UTF-8 — the policy's request body, exports, --json output)
+    scan(dict(d), "suite", max_bytes=MAX_SUITE_BYTES)
     if d.get("schema", SUITE_SCHEMA) != SUITE_SCHEMA:
         raise InvalidInput(f"suite.schema: expected {SUITE_SCHEMA!r}")
     hit = find_in(dict(d), "suite")
@@ -291,6 +319,8 @@ def from_jsonl(
     for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        if len(tasks) == MAX_TASKS:  # before parsing the rest: a file of a million tiny lines stops here
+            raise InvalidInput(f"line {n}: more than {MAX_TASKS:,} tasks, over the limit")
         tasks.append(parse_json(line, f"line {n}", max_bytes=MAX_LINE_BYTES))
     held = list(heldout)
     if heldout_fraction is not None:

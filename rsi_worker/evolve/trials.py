@@ -26,7 +26,7 @@ from rsi_common.kernel import RetryPolicy, TurnPlan, run_turn
 from rsi_common.llm import ModelClient
 from rsi_common.replay import PolicySpec, ReplayResult, cut_transcript, replay_world
 from rsi_common.world import TurnWorld
-from rsi_worker.evolve.suite import Suite, Task
+from rsi_worker.evolve.suite import MAX_REGEX_ANSWER, Suite, Task
 from rsi_worker.roles.judge import CriteriaJudge, request_text
 
 __all__ = ["TrialEnv", "check_passes", "request_world", "run_task", "score_checks"]
@@ -56,11 +56,12 @@ def request_world(suite: Suite, task: Task) -> TurnWorld:
 
 
 def check_passes(check: Mapping[str, Any], answer: str) -> tuple[bool, str]:
-    """A deterministic verifier (``contains`` / ``regex``)."""
+    """A deterministic verifier (``contains`` / ``regex``; a pattern searches the answer's first
+    :data:`~rsi_worker.evolve.suite.MAX_REGEX_ANSWER` characters)."""
     if check["kind"] == "contains":
         ok = str(check["text"]).lower() in answer.lower()
         return ok, "found" if ok else "not found"
-    ok = re.search(str(check["pattern"]), answer) is not None
+    ok = re.search(str(check["pattern"]), answer[:MAX_REGEX_ANSWER]) is not None
     return ok, "matched" if ok else "no match"
 
 

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rsi_common.llm import ModelClient, ModelRequest, complete_json
+from rsi_common.stored import first_problem
+from rsi_worker.gate.regex_risk import backtracks
 from rsi_worker.roles.analyst import LENSES, View, render
 
 __all__ = [
@@ -38,6 +40,14 @@ __all__ = [
 DIGEST_KEYS = ("lens", "blocker", "narrative", "evidence", "verifier_evidence", "needed_instead")
 DIGEST_CHARS = 6_000
 MAX_STEPS = 6
+REPORT_ITEMS = 20
+"""Items kept per list of the reporter's report (failure modes, capability gaps, success habits)."""
+REPORT_ITEM_CHARS = 4_000
+"""An item of the report, at most, as JSON (a longer one is dropped)."""
+GREP_PATTERN_CHARS = 1_000
+"""A ``grep`` call's pattern, at most (the model's reply is hostile)."""
+GREP_LINE_CHARS = 4_000
+"""A ``grep`` call searches each line's first this many characters (a plain ``.*x`` is quadratic)."""
 TRACE_FILE = "trace.md"
 CHECKS_FILE = "checks.json"
 DIGESTER_SYSTEM = (
@@ -104,16 +114,19 @@ def _tool(files: Mapping[str, str], name: str, args: Mapping[str, Any]) -> str:
     if name == "glob":
         return "\n".join(p for p in files if fnmatch.fnmatch(p, str(args.get("pattern") or "*"))) or "(none)"
     if name == "grep":
+        pattern = str(args.get("pattern") or "")[:GREP_PATTERN_CHARS]
         try:
-            rx = re.compile(str(args.get("pattern") or ""))
-        except re.error as exc:
-            return f"error: bad pattern ({exc})"
+            rx = re.compile(pattern)
+        except (re.error, RecursionError) as exc:
+            return f"error: bad pattern ({exc if isinstance(exc, re.error) else 'nested too deeply'})"
+        if backtracks(pattern):  # the model's pattern is hostile input: no exponential search
+            return "error: bad pattern (a repetition holds another repetition or an alternation)"
         paths = [str(args["path"])] if args.get("path") else list(files)
         hits = [
             f"{p}:{i}: {line}"
             for p in paths
             for i, line in enumerate(files.get(p, "").splitlines(), 1)
-            if rx.search(line)
+            if rx.search(line[:GREP_LINE_CHARS])
         ]
         return "\n".join(hits[:200]) or "(no match)"
     return f"error: unknown tool {name[:40]!r}"
@@ -178,12 +191,27 @@ def report(client: ModelClient, digests: Sequence[Mapping[str, Any]]) -> dict[st
             "success_habits": [],
             "notes": f"report unavailable: {type(exc).__name__}",
         }
-    modes = [m for m in out.get("failure_modes") or [] if isinstance(m, Mapping) and m.get("mode")]
-    gaps = [m for m in out.get("capability_gaps") or [] if isinstance(m, Mapping) and m.get("mode")]
-    habits = [h for h in out.get("success_habits") or [] if isinstance(h, Mapping) and h.get("habit")]
     return {
-        "failure_modes": modes,
-        "capability_gaps": gaps,
-        "success_habits": habits,
+        "failure_modes": _items(out, "failure_modes", "mode"),
+        "capability_gaps": _items(out, "capability_gaps", "mode"),
+        "success_habits": _items(out, "success_habits", "habit"),
         "notes": f"{len(digests)} digest(s)",
     }
+
+
+def _items(out: object, key: str, field: str) -> list[dict[str, Any]]:
+    """The report's ``key`` list as the round stores it: objects naming ``field``, each storable (finite
+    numbers, no lone surrogate, at most 64 levels) and at most :data:`REPORT_ITEM_CHARS` as JSON, the first
+    :data:`REPORT_ITEMS`; anything else in the model's reply (a number for the list, a NaN, a 5 MB item) is
+    dropped, never a crash of the round or an unbounded row."""
+    raw = out.get(key) if isinstance(out, Mapping) else None
+    kept: list[dict[str, Any]] = []
+    for item in raw if isinstance(raw, list) else []:
+        if not (isinstance(item, Mapping) and item.get(field)) or first_problem(dict(item)) is not None:
+            continue
+        if len(json.dumps(dict(item), ensure_ascii=False)) > REPORT_ITEM_CHARS:
+            continue
+        kept.append(dict(item))
+        if len(kept) == REPORT_ITEMS:
+            break
+    return kept
