@@ -14,6 +14,7 @@ from typing import Any
 
 from rsi_common.llm import ModelClient, complete_json
 from rsi_common.world import text_of
+from rsi_worker.roles.report_items import kept_items, kept_notes
 
 __all__ = [
     "ANALYST_SYSTEM",
@@ -172,6 +173,6 @@ def analyze(client: ModelClient, views: Sequence[View], prior: Mapping[str, Any]
             "success_habits": [],
             "notes": f"analysis unavailable: {type(exc).__name__}",
         }
-    modes = [m for m in report.get("failure_modes") or [] if isinstance(m, Mapping) and m.get("mode")]
-    habits = [h for h in report.get("success_habits") or [] if isinstance(h, Mapping) and h.get("habit")]
-    return {"failure_modes": modes, "success_habits": habits, "notes": str(report.get("notes") or "")}
+    return {"failure_modes": kept_items(report, "failure_modes", "mode"),
+            "success_habits": kept_items(report, "success_habits", "habit"),
+            "notes": kept_notes(report)}

@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rsi_common.llm import ModelClient, ModelRequest, complete_json
-from rsi_common.stored import first_problem
 from rsi_worker.gate.regex_risk import backtracks
 from rsi_worker.roles.analyst import LENSES, View, render
+from rsi_worker.roles.report_items import kept_items
 
 __all__ = [
     "DIGESTER_SYSTEM",
@@ -40,10 +40,6 @@ __all__ = [
 DIGEST_KEYS = ("lens", "blocker", "narrative", "evidence", "verifier_evidence", "needed_instead")
 DIGEST_CHARS = 6_000
 MAX_STEPS = 6
-REPORT_ITEMS = 20
-"""Items kept per list of the reporter's report (failure modes, capability gaps, success habits)."""
-REPORT_ITEM_CHARS = 4_000
-"""An item of the report, at most, as JSON (a longer one is dropped)."""
 GREP_PATTERN_CHARS = 1_000
 """A ``grep`` call's pattern, at most (the model's reply is hostile)."""
 GREP_LINE_CHARS = 4_000
@@ -192,26 +188,8 @@ def report(client: ModelClient, digests: Sequence[Mapping[str, Any]]) -> dict[st
             "notes": f"report unavailable: {type(exc).__name__}",
         }
     return {
-        "failure_modes": _items(out, "failure_modes", "mode"),
-        "capability_gaps": _items(out, "capability_gaps", "mode"),
-        "success_habits": _items(out, "success_habits", "habit"),
+        "failure_modes": kept_items(out, "failure_modes", "mode"),
+        "capability_gaps": kept_items(out, "capability_gaps", "mode"),
+        "success_habits": kept_items(out, "success_habits", "habit"),
         "notes": f"{len(digests)} digest(s)",
     }
-
-
-def _items(out: object, key: str, field: str) -> list[dict[str, Any]]:
-    """The report's ``key`` list as the round stores it: objects naming ``field``, each storable (finite
-    numbers, no lone surrogate, at most 64 levels) and at most :data:`REPORT_ITEM_CHARS` as JSON, the first
-    :data:`REPORT_ITEMS`; anything else in the model's reply (a number for the list, a NaN, a 5 MB item) is
-    dropped, never a crash of the round or an unbounded row."""
-    raw = out.get(key) if isinstance(out, Mapping) else None
-    kept: list[dict[str, Any]] = []
-    for item in raw if isinstance(raw, list) else []:
-        if not (isinstance(item, Mapping) and item.get(field)) or first_problem(dict(item)) is not None:
-            continue
-        if len(json.dumps(dict(item), ensure_ascii=False)) > REPORT_ITEM_CHARS:
-            continue
-        kept.append(dict(item))
-        if len(kept) == REPORT_ITEMS:
-            break
-    return kept

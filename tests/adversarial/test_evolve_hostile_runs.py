@@ -17,12 +17,13 @@ import sqlalchemy as sa
 from rsi_common.db import WorldRow
 from rsi_common.db import evolve as edb
 from rsi_common.errors import InvalidInput
-from rsi_common.llm import ModelClient, ModelRequest, ModelResponse, Usage
+from rsi_common.llm import ModelClient, ModelRequest, ModelResponse
 from rsi_worker.consolidate.signals import checks_for
 from rsi_worker.evolve.engine import run_inline
 from rsi_worker.evolve.ops import export_run, readjudicate_round, reevaluate_round
 from tests.adversarial import attacks
 from tests.adversarial.evolve_support import done, stack
+from tests.adversarial.model_replies import REPORTS, Scripted
 from tests.adversarial.test_evolve_hostile import ESC
 from tests.unit.evolve.conftest import EvolveStack
 
@@ -229,27 +230,11 @@ def test_a_suite_from_hostile_worlds_stores_ids_and_criteria_only(tmp_path: Path
         pipeline.close()
 
 
-REPORTS = {
-    "a number for a list": '{"failure_modes": 1e999, "capability_gaps": "x", "success_habits": {}}',
-    "nan in an item": '{"failure_modes": [{"mode": NaN}], "capability_gaps": [], "success_habits": []}',
-    "a 5 MB item": json.dumps({"failure_modes": [{"mode": "x" * 5_000_000}]}),
-    "10,000 items": json.dumps({"success_habits": [{"habit": f"h{i}"} for i in range(10_000)]}),
-    "deep": '{"failure_modes": ' + "[" * 5_000 + "]" * 5_000 + "}",
-    "a list": "[1, 2, 3]",
-}
-
-
 @pytest.mark.parametrize("reply", list(REPORTS.values()), ids=list(REPORTS))
 def test_a_hostile_report_never_crashes_the_round_or_bloats_its_row(tmp_path: Path, reply: str) -> None:
     # was: a number for a list raised TypeError out of the round (an inline run left "running"); a NaN
     # could not be stored; a 5 MB item was stored with every round
-    class Reporter:
-        provider, model = "scripted", "reporter-1"
-
-        def complete(self, request: ModelRequest) -> ModelResponse:
-            return ModelResponse([{"type": "text", "text": reply}], Usage(10, 5), "end_turn", self.model)
-
-    stack = EvolveStack(tmp_path, wrap=lambda role, c: Reporter() if role == "reporter" else c)
+    stack = EvolveStack(tmp_path, wrap=lambda role, c: Scripted(reply) if role == "reporter" else c)
     try:
         name = stack.create("r", params={"T": 1})
         assert run_inline(stack.env, name).status == "done"

@@ -1,0 +1,52 @@
+"""What a role's report keeps of a model's reply (docs/algorithm/consolidation.md §3.8, evolve.md
+"Hostile input"): the analyst's and the reporter's lists of failure modes, gaps and habits.
+
+The reply is hostile: a number where a list belongs, a NaN, a lone surrogate or a 5 MB item must
+neither crash the round nor reach a stored row (PostgreSQL refuses NaN and lone surrogates in JSON)
+nor bloat every round's record. :func:`kept_items` keeps what is storable and bounded and drops the
+rest; :func:`kept_notes` does the same for a free-text note.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from rsi_common.stored import first_problem
+
+__all__ = ["NOTES_CHARS", "REPORT_ITEMS", "REPORT_ITEM_CHARS", "kept_items", "kept_notes"]
+
+REPORT_ITEMS = 20
+"""Items kept per list of a report (failure modes, capability gaps, success habits)."""
+REPORT_ITEM_CHARS = 4_000
+"""An item of a report, at most, as JSON (a longer one is dropped)."""
+NOTES_CHARS = 2_000
+"""A report's free-text notes, at most (clipped)."""
+
+
+def kept_items(out: object, key: str, field: str) -> list[dict[str, Any]]:
+    """The reply's ``key`` list as a round stores it: objects naming ``field``, each storable (finite
+    numbers, no lone surrogate, at most 64 levels) and at most :data:`REPORT_ITEM_CHARS` as JSON, the
+    first :data:`REPORT_ITEMS`; anything else is dropped."""
+    raw = out.get(key) if isinstance(out, Mapping) else None
+    kept: list[dict[str, Any]] = []
+    for item in raw if isinstance(raw, list) else []:
+        if not (isinstance(item, Mapping) and item.get(field)) or first_problem(dict(item)) is not None:
+            continue
+        if len(json.dumps(dict(item), ensure_ascii=False)) > REPORT_ITEM_CHARS:
+            continue
+        kept.append(dict(item))
+        if len(kept) == REPORT_ITEMS:
+            break
+    return kept
+
+
+def kept_notes(out: object) -> str:
+    """The reply's ``notes`` as text, clipped to :data:`NOTES_CHARS`; empty when missing or not
+    storable."""
+    notes = out.get("notes") if isinstance(out, Mapping) else None
+    if notes is None or isinstance(notes, (Mapping, list)):
+        return ""
+    text = str(notes)[:NOTES_CHARS]
+    return "" if first_problem(text) is not None else text
