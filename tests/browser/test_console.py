@@ -45,14 +45,6 @@ def learned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             engine.dispose()
 
 
-def _login(page: Any, live: Live, token: str) -> None:
-    page.goto(f"{live.url}/console/agents/shop")
-    assert "/console/login" in page.url  # no session: the login page first
-    page.fill("#token", token)
-    page.click("#login")
-    page.wait_for_load_state()
-
-
 def test_log_in_read_an_agent_and_its_run_then_roll_back(learned: Live, browser_page: Any, shot: Any) -> None:
     live, page = learned, browser_page
     api = live.http(live.tokens["viewer"])
@@ -60,7 +52,7 @@ def test_log_in_read_an_agent_and_its_run_then_roll_back(learned: Live, browser_
     rounds = [r for r in runs if ((r["result"] or {}).get("round") or {}).get("incumbent")]
     adopted = next(r for r in runs if r["status"] == "adopted")
 
-    _login(page, live, live.tokens["operator"])
+    live.login(page, live.tokens["operator"], "/console/agents/shop")
     assert page.url.endswith("/console/agents/shop")  # back where the login started
     cookie = next(c for c in page.context.cookies() if c["name"] == "rsi_console")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
@@ -103,7 +95,7 @@ def test_log_in_read_an_agent_and_its_run_then_roll_back(learned: Live, browser_
 
 def test_a_post_without_the_csrf_value_is_refused(learned: Live, browser_page: Any) -> None:
     live, page = learned, browser_page
-    _login(page, live, live.tokens["operator"])
+    live.login(page, live.tokens["operator"], "/console/agents/shop")
     before = live.http(live.tokens["viewer"]).get("/v1/agents/shop").json()
     # the browser's own cookie goes along (same origin), the CSRF value does not
     for form in ({}, {"csrf": "0" * 40}):
@@ -117,7 +109,7 @@ def test_a_post_without_the_csrf_value_is_refused(learned: Live, browser_page: A
 
 def test_a_viewer_sees_no_steering_and_cannot_post(learned: Live, browser_page: Any) -> None:
     live, page = learned, browser_page
-    _login(page, live, live.tokens["viewer"])
+    live.login(page, live.tokens["viewer"], "/console/agents/shop")
     assert page.locator("#rollback").count() == 0
     assert "operator scope" in page.content()
     page.goto(f"{live.url}/console/agents/shop/confirm?action=freeze")
@@ -126,6 +118,6 @@ def test_a_viewer_sees_no_steering_and_cannot_post(learned: Live, browser_page: 
 
 def test_a_host_token_cannot_log_in(learned: Live, browser_page: Any) -> None:
     live, page = learned, browser_page
-    _login(page, live, live.tokens["host"])
+    live.login(page, live.tokens["host"], "/console/agents/shop", refused=True)
     assert "/console/login" in page.url or "login refused" in page.content()
     assert not [c for c in page.context.cookies() if c["name"] == "rsi_console"]

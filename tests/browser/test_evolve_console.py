@@ -37,15 +37,6 @@ def evolved(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             engine.dispose()
 
 
-def _login(page: Any, live: Live, token: str, path: str) -> None:
-    page.goto(f"{live.url}{path}")
-    assert "/console/login" in page.url
-    page.fill("#token", token)
-    page.click("#login")
-    page.wait_for_load_state()
-    assert page.url.endswith(path)
-
-
 def test_read_an_evolve_run_and_promote_its_frontier(evolved: Live, browser_page: Any, shot: Any) -> None:
     live, page = evolved, browser_page
     api = live.http(live.tokens["viewer"])
@@ -53,7 +44,7 @@ def test_read_an_evolve_run_and_promote_its_frontier(evolved: Live, browser_page
     rounds = view["rounds"]
     assert len(rounds) == 3 and view["frontier"]["version"] != "h0"
 
-    _login(page, live, live.tokens["operator"], "/console/evolve")
+    live.login(page, live.tokens["operator"], "/console/evolve")
     listed = [r["name"] for r in api.get("/v1/evolve").json()["runs"]]
     assert page.locator("#evolve-runs tbody tr").count() == len(listed) == 2
     page.click("header a:has-text('Evolve')")  # the nav link
@@ -110,7 +101,7 @@ def test_read_an_evolve_run_and_promote_its_frontier(evolved: Live, browser_page
 
 def test_a_viewer_sees_no_steering_on_an_evolve_run(evolved: Live, browser_page: Any) -> None:
     live, page = evolved, browser_page
-    _login(page, live, live.tokens["viewer"], "/console/evolve/ev-web")
+    live.login(page, live.tokens["viewer"], "/console/evolve/ev-web")
     assert page.locator("#promote").count() == 0 and page.locator("#stop").count() == 0
     page.goto(f"{live.url}/console/evolve/ev-web/confirm?action=stop")
     assert "refused" in page.content()

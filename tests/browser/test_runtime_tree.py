@@ -50,14 +50,6 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Live, dict[
             engine.dispose()
 
 
-def _login(page: Any, live: Live, token: str, path: str) -> None:
-    page.goto(f"{live.url}{path}")
-    assert "/console/login" in page.url
-    page.fill("#token", token)
-    page.click("#login")
-    page.wait_for_load_state()
-
-
 def test_the_tree_page_shows_depths_statuses_and_spend_against_caps(
         tree: tuple[Live, dict[str, str]], browser_page: Any, shot: Any) -> None:
     (live, handles), page = tree, browser_page
@@ -65,7 +57,7 @@ def test_the_tree_page_shows_depths_statuses_and_spend_against_caps(
     shown = api.get("/v1/runtime/agents/lab/tree").json()
     spend = api.get("/v1/runtime/agents/lab/spend").json()
 
-    _login(page, live, live.tokens["viewer"], "/console/runtime")
+    live.login(page, live.tokens["viewer"], "/console/runtime")
     assert page.url.endswith("/console/runtime")
     assert page.locator("#roots a", has_text="lab").count() == 1
     page.click("#roots a:has-text('lab')")
@@ -104,7 +96,7 @@ def test_the_tree_page_shows_depths_statuses_and_spend_against_caps(
 def test_a_tree_outside_the_tokens_prefix_is_refused(tree: tuple[Live, dict[str, str]],
                                                      browser_page: Any) -> None:
     (live, _), page = tree, browser_page
-    _login(page, live, live.token("tenant", ("viewer",), agent_prefix="team-"), "/console/runtime")
+    live.login(page, live.token("tenant", ("viewer",), agent_prefix="team-"), "/console/runtime")
     assert page.locator("#roots a").count() == 0  # lab is outside team-*
     r = page.goto(f"{live.url}/console/runtime/lab")
     assert r is not None and r.status == 403

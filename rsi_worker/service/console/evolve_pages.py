@@ -25,8 +25,8 @@ from rsi_worker.service.api_evolve import (
     stop_run,
     store_of,
 )
-from rsi_worker.service.console import plots, session
-from rsi_worker.service.console.routes import _ctx, _form, _guard, _page, _principal, _short
+from rsi_worker.service.console import plots
+from rsi_worker.service.console.routes import _ctx, _guard, _page, _posted, _principal, _short
 from rsi_worker.service.evolve_view import frontier_diff, run_row, run_view
 from rsi_worker.service.problems import Problem
 from rsi_worker.service.state import ServiceState
@@ -120,10 +120,7 @@ async def evolve_confirm(request: Request, name: str) -> Response:
 @router.post("/evolve/{name}/{action}")
 @_guard
 async def evolve_act(request: Request, name: str, action: str) -> Response:
-    svc, p, token = await _principal(request)
-    form = await _form(request)
-    if not session.check_csrf(token, form.get("csrf")):
-        raise Problem(403, "csrf", "missing or wrong CSRF value: the action was refused")
+    svc, p, _token, form = await _posted(request)
     evolve_name(name)
     p.require("operator")
     if action not in _ACTIONS:

@@ -10,7 +10,7 @@ units (CSS pixels).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
@@ -20,6 +20,26 @@ W, H = 720, 220
 PAD_L, PAD_R, PAD_T, PAD_B = 44, 12, 14, 28
 _OUTCOME_COLOR = {"ACCEPTED": "#1a7f37", "LOST": "#9a6700", "REJECTED": "#cf222e"}
 
+
+
+def _candidates_and_delta(out: list[str], x: float, r: Mapping[str, Any], prefix: str) -> None:
+    """Append one round's candidate points (coloured by outcome) and its δ mark at ``x``; ``prefix``
+    starts each tooltip (e.g. ``round 2: ``)."""
+    for c in r["candidates"]:
+        if c.get("S") is None:
+            continue
+        color = _OUTCOME_COLOR.get(str(c.get("outcome")), "#6e7781")
+        out.append(
+            f'<circle cx="{x + 4:.1f}" cy="{_y(float(c["S"]), 1.0):.1f}" r="3" fill="{color}" '
+            f'class="pt pt-candidate"><title>{escape(prefix)}{escape(str(c["variant"]))}: S {c["S"]} '
+            f"({escape(str(c.get('outcome')))})</title></circle>"
+        )
+    if r.get("delta") is not None:
+        y = _y(min(1.0, float(r["delta"])), 1.0)
+        out.append(
+            f'<rect x="{x - 2.5:.1f}" y="{y - 2.5:.1f}" width="5" height="5" class="pt pt-delta">'
+            f"<title>{escape(prefix)}δ {r['delta']}</title></rect>"
+        )
 
 def _x(i: int, n: int) -> float:
     span = W - PAD_L - PAD_R
@@ -77,21 +97,7 @@ def score_chart(series: Sequence[dict[str, Any]]) -> str:
         out.append(f'<polyline points="{" ".join(inc_path)}" class="line-incumbent"/>')
     for i, r in enumerate(rounds):
         x = _x(i, n)
-        for c in r["candidates"]:
-            if c.get("S") is None:
-                continue
-            color = _OUTCOME_COLOR.get(str(c.get("outcome")), "#6e7781")
-            out.append(
-                f'<circle cx="{x + 4:.1f}" cy="{_y(float(c["S"]), 1.0):.1f}" r="3" fill="{color}" '
-                f'class="pt pt-candidate"><title>{escape(str(c["variant"]))}: S {c["S"]} '
-                f"({escape(str(c.get('outcome')))})</title></circle>"
-            )
-        if r.get("delta") is not None:
-            y = _y(min(1.0, float(r["delta"])), 1.0)
-            out.append(
-                f'<rect x="{x - 2.5:.1f}" y="{y - 2.5:.1f}" width="5" height="5" class="pt pt-delta">'
-                f"<title>δ {r['delta']}</title></rect>"
-            )
+        _candidates_and_delta(out, x, r, "")
         out.append(
             f'<circle cx="{x:.1f}" cy="{_y(float(r["S"]), 1.0):.1f}" r="3.5" class="pt pt-incumbent">'
             f"<title>{escape(r['run_id'])}: incumbent S {r['S']}</title></circle>"
@@ -158,21 +164,7 @@ def evolve_chart(view: dict[str, Any]) -> str:
                 f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{PAD_T}" y2="{H - PAD_B}" class="adoption">'
                 f"<title>round {r['t']}: adopted {escape(str(r['winner']))}</title></line>"
             )
-        for c in r["candidates"]:
-            if c.get("S") is None:
-                continue
-            color = _OUTCOME_COLOR.get(str(c.get("outcome")), "#6e7781")
-            out.append(
-                f'<circle cx="{x + 4:.1f}" cy="{_y(float(c["S"]), 1.0):.1f}" r="3" fill="{color}" '
-                f'class="pt pt-candidate"><title>round {r["t"]} {escape(str(c["variant"]))}: S {c["S"]} '
-                f"({escape(str(c.get('outcome')))})</title></circle>"
-            )
-        if r.get("delta") is not None:
-            y = _y(min(1.0, float(r["delta"])), 1.0)
-            out.append(
-                f'<rect x="{x - 2.5:.1f}" y="{y - 2.5:.1f}" width="5" height="5" class="pt pt-delta">'
-                f"<title>round {r['t']}: δ {r['delta']}</title></rect>"
-            )
+        _candidates_and_delta(out, x, r, f"round {r['t']}: ")
         if r.get("S_evolve") is not None:
             evolve.append((x, float(r["S_evolve"]), f"after round {r['t']}: S {r['S_evolve']}"))
         if r.get("S_heldout") is not None:

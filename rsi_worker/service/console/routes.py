@@ -129,6 +129,16 @@ async def _form(request: Request) -> dict[str, str]:
         raise Problem(400, "malformed-form", "the form is not valid UTF-8 form data") from None
 
 
+async def _posted(request: Request) -> tuple[ServiceState, Principal, str, dict[str, str]]:
+    """A console POST: the logged-in caller as :func:`_principal` gives it and its form, refused
+    (403) unless the form carries the session's CSRF value."""
+    svc, p, token = await _principal(request)
+    form = await _form(request)
+    if not session.check_csrf(token, form.get("csrf")):
+        raise Problem(403, "csrf", "missing or wrong CSRF value: the action was refused")
+    return svc, p, token, form
+
+
 def _error_page(exc: Problem | InvalidInput, p: Principal | None, token: str | None) -> HTMLResponse:
     status = exc.status if isinstance(exc, Problem) else (404 if isinstance(exc, UnknownAgentError) else 422)
     detail = exc.detail if isinstance(exc, Problem) else str(exc)
@@ -218,10 +228,7 @@ async def login(request: Request) -> Response:
 @router.post("/logout")
 @_guard
 async def logout(request: Request) -> Response:
-    _svc, _p, token = await _principal(request)
-    form = await _form(request)
-    if not session.check_csrf(token, form.get("csrf")):
-        raise Problem(403, "csrf", "missing or wrong CSRF value")
+    await _posted(request)
     response = RedirectResponse("/console/login", status_code=303)
     session.clear_session(response)
     return response
@@ -346,10 +353,7 @@ async def confirm_page(request: Request, agent_id: str) -> Response:
 @router.post("/agents/{agent_id}/{action}")
 @_guard
 async def act(request: Request, agent_id: str, action: str) -> Response:
-    svc, p, token = await _principal(request)
-    form = await _form(request)
-    if not session.check_csrf(token, form.get("csrf")):
-        raise Problem(403, "csrf", "missing or wrong CSRF value: the action was refused")
+    svc, p, _token, form = await _posted(request)
     check_id(agent_id, "agent_id")
     p.check_agent(agent_id)
     p.require("operator")

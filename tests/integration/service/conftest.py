@@ -38,6 +38,16 @@ class Live:
         with self.svc.sessions.begin() as s:
             return db.create_token(s, name, scopes, **kw).token
 
+    def login(self, page: Any, token: str, path: str, *, refused: bool = False) -> None:
+        """Open console ``path`` in a browser ``page`` with no session: the login page comes first,
+        then the token's login lands on ``path`` (unless the test expects it ``refused``)."""
+        page.goto(f"{self.url}{path}")
+        assert "/console/login" in page.url
+        page.fill("#token", token)
+        page.click("#login")
+        page.wait_for_load_state()
+        assert refused or page.url.endswith(path), page.url
+
     def http(self, token: str | None = None, **kw: Any) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         c = httpx.Client(base_url=self.url, headers=headers, timeout=30, **kw)
