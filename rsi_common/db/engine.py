@@ -182,6 +182,9 @@ def make_engine(url: str | sa.URL, **kwargs: Any) -> Engine:
     def _on_close(dbapi_conn: Any, record: Any) -> None:
         writers.leave(record.info)
 
+    if checkpointer is not None:
+        event.listen(engine, "engine_disposed", lambda _engine: checkpointer.stop())
+
     return engine
 
 
@@ -345,16 +348,20 @@ class _Checkpointer:
     writers) on its own connection every :data:`SQLITE_CHECKPOINT_S` while the engine commits; it
     starts with a commit and ends after ten idle intervals (one last checkpoint first), so an idle
     engine has no thread. Commits still checkpoint by themselves past
-    :data:`SQLITE_AUTOCHECKPOINT_PAGES` if the thread falls behind.
+    :data:`SQLITE_AUTOCHECKPOINT_PAGES` if the thread falls behind. ``engine.dispose()`` ends the
+    thread and closes its connection before it returns (:meth:`stop`), so nothing touches the
+    database's files after that (a caller may delete them).
     """
 
     _IDLE_ROUNDS = 10
+    _STOP_WAIT_S = 10.0
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._dirty = False
+        self._stop = threading.Event()
 
     def wake(self) -> None:
         """A commit happened: checkpoint at the next interval (start the thread if needed)."""
@@ -362,9 +369,18 @@ class _Checkpointer:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
+                    self._stop.clear()  # an engine used again after dispose() checkpoints again
                     self._thread = threading.Thread(target=self._run, name="rsi-sqlite-checkpoint",
                                                     daemon=True)
                     self._thread.start()
+
+    def stop(self) -> None:
+        """End the thread, if any, and wait (at most 10 s) until its connection is closed."""
+        with self._lock:
+            thread = self._thread
+            self._stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self._STOP_WAIT_S)
 
     def _run(self) -> None:
         import sqlite3
@@ -378,17 +394,18 @@ class _Checkpointer:
             return
         try:
             while idle < self._IDLE_ROUNDS:
-                time.sleep(SQLITE_CHECKPOINT_S)
+                if self._stop.wait(SQLITE_CHECKPOINT_S):
+                    return
                 if self._dirty:
                     self._dirty, idle = False, 0
                     self._checkpoint(db)
                 else:
                     idle += 1
         finally:
+            db.close()
             with self._lock:
                 self._thread = None
-            db.close()
-        if self._dirty:  # a commit raced with the exit: keep checkpointing
+        if self._dirty and not self._stop.is_set():  # a commit raced with the exit: keep checkpointing
             self.wake()
 
     @staticmethod
