@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from rsi_common.llm import ModelRequest, ModelResponse, Usage
+from rsi_common.llm import ModelClient, ModelRequest, ModelResponse, Usage
 
 REPORTS = {
     "a number for a list": '{"failure_modes": 1e999, "capability_gaps": "x", "success_habits": {}}',
@@ -74,6 +74,12 @@ def signal_replies() -> dict[str, str]:
             "a credential": json.dumps({"kind": "correction", "criterion": "c", "evidence": credential()})}
 
 
+def policy_replies() -> dict[str, str]:
+    """Hostile answers of the policy whose answer a trial stores and the judge grades."""
+    return {"a 5 MB answer with a lone surrogate": "a\ud800" + "x" * 5_000_000,
+            "a NaN-bearing non-answer": '{"answer": NaN}'}
+
+
 def proposer_replies() -> dict[str, str]:
     """Hostile proposer actions (``{"action": ...}`` asked for); a ``done`` that declares edits is read
     in repair mode, where an unchanged workspace may declare them."""
@@ -103,4 +109,19 @@ class Scripted:
         self.reply = reply
 
     def complete(self, request: ModelRequest) -> ModelResponse:
+        return ModelResponse([{"type": "text", "text": self.reply}], Usage(10, 5), "end_turn", self.model)
+
+
+class Hostile:
+    """The role's client, answering ``reply`` to every request (the provider and model stay the
+    role's: a replay's policy must be the world's)."""
+
+    calls = 0
+    """Requests answered by every instance (the round builds one client per use)."""
+
+    def __init__(self, inner: ModelClient, reply: str) -> None:
+        self.provider, self.model, self.reply = inner.provider, inner.model, reply
+
+    def complete(self, request: ModelRequest) -> ModelResponse:
+        Hostile.calls += 1
         return ModelResponse([{"type": "text", "text": self.reply}], Usage(10, 5), "end_turn", self.model)

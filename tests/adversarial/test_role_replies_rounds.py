@@ -16,14 +16,15 @@ import redis
 from rsi_common import db
 from rsi_common.config import Settings
 from rsi_common.coord import fence_key
-from rsi_common.llm import ModelClient, ModelRequest, ModelResponse, Usage
 from rsi_common.replay import ANSWER_CHARS
 from rsi_common.stored import first_problem
 from rsi_worker.jobs.scenario import CORRECTION
 from tests.adversarial.model_replies import (
+    Hostile,
     credential,
     critic_replies,
     judge_replies,
+    policy_replies,
     proposer_replies,
     signal_replies,
 )
@@ -32,10 +33,6 @@ from tests.support.pipeline import Stack, models_with
 
 pytestmark = pytest.mark.timeout(300)
 A = "shop"
-POLICY = {
-    "a 5 MB answer with a lone surrogate": "a\ud800" + "x" * 5_000_000,
-    "a NaN-bearing non-answer": '{"answer": NaN}',
-}
 CASES: dict[str, tuple[str, str]] = {
     "signal: a lone surrogate": ("signal", signal_replies()["a lone surrogate"]),
     "signal: a 5 MB criterion": ("signal", signal_replies()["a 5 MB criterion"]),
@@ -45,23 +42,8 @@ CASES: dict[str, tuple[str, str]] = {
     "critic: a lone surrogate": ("critic", critic_replies()["a lone surrogate"]),
     "judge: a lone surrogate": ("judge", judge_replies()["a lone surrogate"]),
     "judge: a 5 MB reason": ("judge", judge_replies()["a 5 MB reason"]),
-    **{f"policy: {k}": ("policy", v) for k, v in POLICY.items()},
+    **{f"policy: {k}": ("policy", v) for k, v in policy_replies().items()},
 }
-
-
-class Hostile:
-    """The role's client, answering ``reply`` to every request (the provider and model stay the
-    role's: a replay's policy must be the world's)."""
-
-    calls = 0
-    """Requests answered by every instance (the round builds one client per use)."""
-
-    def __init__(self, inner: ModelClient, reply: str) -> None:
-        self.provider, self.model, self.reply = inner.provider, inner.model, reply
-
-    def complete(self, request: ModelRequest) -> ModelResponse:
-        Hostile.calls += 1
-        return ModelResponse([{"type": "text", "text": self.reply}], Usage(10, 5), "end_turn", self.model)
 
 
 @pytest.fixture
