@@ -18,7 +18,9 @@ on):
 (1) edits declared but no file change succeeded (allowed in repair mode); (2) the workspace differs
 from the incumbent but ``edits`` is empty; (3) the edit budget; (4) a required field missing or blank,
 or a field of the wrong type (texts must be strings, ``predicted_affected`` a list of ids,
-``addresses`` a list of strings: what :class:`~rsi_common.math.Edit` accepts); (5) a component that is
+``addresses`` a list of strings: what :class:`~rsi_common.math.Edit` accepts); (4b) an edit that
+cannot be stored (a NaN, a lone surrogate) or is over :data:`EDIT_CHARS` as JSON — project decision,
+docs/algorithm/consolidation.md "Hostile replies"; (5) a component that is
 not an enabled kind; (6) a reserved slot with no declared component in ``untried``; (7)
 :func:`validate_candidate`.
 
