@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,6 +33,7 @@ from rsi_common.errors import InvalidInput
 from rsi_common.harness import H0_VERSION
 from rsi_common.kernel import RetryPolicy, ToolDef, ToolOutput, ToolResult, TurnPlan, run_turn
 from rsi_common.kernel.types import DEFAULT_MAX_TOKENS, TurnYield
+from rsi_common.stored import repair
 from rsi_common.world import TurnWorld
 
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from rsi_common.llm import ModelClient
 
 __all__ = [
+    "ANSWER_CHARS",
     "NO_RECORD",
     "REPLAY_SCHEMA",
     "TRANSCRIPT_CHARS",
@@ -50,6 +53,7 @@ __all__ = [
     "ReplayTool",
     "canon",
     "cut_transcript",
+    "kept_answer",
     "loose",
     "replay_plan",
     "replay_tools",
@@ -61,6 +65,8 @@ NO_RECORD = (
 )
 REPLAY_SCHEMA = "rsi-replay/1"
 TRANSCRIPT_CHARS = 4000
+ANSWER_CHARS = 50_000
+"""A trial's stored answer, at most (:func:`kept_answer`; the judge reads 12,000 characters of it)."""
 _DEFAULT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
 
 
@@ -290,10 +296,22 @@ def replay_plan(world: TurnWorld, policy: PolicySpec, book: CallBook) -> TurnPla
 # --- result ------------------------------------------------------------------------------------
 
 
+def kept_answer(answer: str) -> str:
+    """The policy's answer as a trial stores and grades it: lone surrogates replaced by U+FFFD (a
+    hostile model may send one; PostgreSQL refuses it), the first :data:`ANSWER_CHARS` characters
+    + ``"…"`` when longer."""
+    text = str(repair(answer)[0])
+    return text if len(text) <= ANSWER_CHARS else text[:ANSWER_CHARS] + "…"
+
+
 def cut_transcript(x: Any, limit: int = TRANSCRIPT_CHARS) -> Any:
-    """Strings longer than ``limit`` → first ``limit`` chars + ``"…"``; image blocks → ``[image]`` text."""
+    """Strings longer than ``limit`` → first ``limit`` chars + ``"…"``; image blocks → ``[image]`` text;
+    lone surrogates → U+FFFD and NaN/±inf → ``null`` (what a stored row can hold, rsi_common.stored)."""
     if isinstance(x, str):
+        x = str(repair(x)[0])
         return x if len(x) <= limit else x[:limit] + "…"
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
     if isinstance(x, Mapping):
         if x.get("type") in ("image", "input_image"):
             return {"type": "text", "text": "[image]"}
@@ -452,10 +470,10 @@ def replay_world(
             answered=book.answered if book else 0, seconds=time.perf_counter() - t0,
         )
     return ReplayResult(
-        world_id=world.id, source="replay", answer=turn.answer, status=turn.status,
+        world_id=world.id, source="replay", answer=kept_answer(turn.answer), status=turn.status,
         termination_reason=turn.termination_reason, policy_tokens=turn.policy_tokens, steps=turn.steps,
         params_read=sorted(turn.params_read), off_support=len(book.off_support),
-        off_support_calls=copy.deepcopy(book.off_support), answered=book.answered,
+        off_support_calls=repair(book.off_support)[0], answered=book.answered,
         transcript=cut_transcript(turn.transcript), error=turn.error if turn.status == "failed" else "",
         seconds=time.perf_counter() - t0,
     )

@@ -221,11 +221,12 @@ def tool_uses(content: str | list[dict[str, Any]] | ModelResponse) -> list[dict[
 
 def parse_json_object(text: str) -> dict[str, Any] | None:
     """The JSON object in ``text``: the whole text if it is one, else the first ``{…}`` span that
-    decodes to an object (so fenced or prefixed replies work); ``None`` when there is none."""
+    decodes to an object (so fenced or prefixed replies work); ``None`` when there is none — also
+    when the reply nests too deeply to decode (a hostile reply is never an exception here)."""
     stripped = text.strip()
     try:
         whole = json.loads(stripped)
-    except ValueError:
+    except (ValueError, RecursionError):
         whole = None
     if isinstance(whole, dict):
         return whole
@@ -234,7 +235,7 @@ def parse_json_object(text: str) -> dict[str, Any] | None:
     while start != -1:
         try:
             obj, _ = decoder.raw_decode(stripped, start)
-        except ValueError:
+        except (ValueError, RecursionError):
             obj = None
         if isinstance(obj, dict):
             return obj

@@ -24,7 +24,7 @@ from typing import Any
 from rsi_common.harness import Harness
 from rsi_common.kernel import RetryPolicy, TurnPlan, run_turn
 from rsi_common.llm import ModelClient
-from rsi_common.replay import PolicySpec, ReplayResult, cut_transcript, replay_world
+from rsi_common.replay import PolicySpec, ReplayResult, cut_transcript, kept_answer, replay_world
 from rsi_common.world import TurnWorld
 from rsi_worker.evolve.suite import MAX_REGEX_ANSWER, Suite, Task
 from rsi_worker.roles.judge import CriteriaJudge, request_text
@@ -111,7 +111,7 @@ def _adapter(env: TrialEnv, task: Task, harness: Harness, seed: int) -> ReplayRe
     return ReplayResult(
         world_id=task.id,
         source="replay",
-        answer=turn.answer,
+        answer=kept_answer(turn.answer),
         status=turn.status,
         termination_reason=turn.termination_reason,
         policy_tokens=turn.policy_tokens,

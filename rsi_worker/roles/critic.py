@@ -30,8 +30,10 @@ from typing import Any
 
 from rsi_common.errors import ModelError
 from rsi_common.llm import ModelClient, ModelRequest, parse_json_object
+from rsi_common.stored import safe_text
 from rsi_common.world import text_of
 from rsi_worker.gate.precheck import Pattern, precheck
+from rsi_worker.roles.report_items import kept_texts
 
 __all__ = [
     "CRITIC_BRIEF",
@@ -171,24 +173,16 @@ def critic_user_prompt(diff: str, mechanism: str, targets_mode: str, edits: Sequ
     return "\n\n".join(f"{header}:\n{body}" for header, body in zip(PAYLOAD_SECTIONS, bodies, strict=True))
 
 
-def _strings(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value] if value.strip() else []
-    if isinstance(value, list):
-        return [str(v) for v in value if str(v).strip()]
-    return [str(value)]
-
-
 def _verdict(reply: str) -> tuple[Review | None, str]:
     obj = parse_json_object(reply)
     if obj is None:
         return None, f"no JSON object in the reply (starts {reply[:80]!r})"
     verdict = str(obj.get("verdict") or "").strip().lower()
     if verdict not in ("accept", "reject"):
-        return None, f"verdict must be 'accept' or 'reject', got {obj.get('verdict')!r}"
-    return Review(verdict, _strings(obj.get("reasons")), _strings(obj.get("risk_notes"))), ""
+        got = obj.get("verdict")  # quoted clipped (a hostile verdict may be 5 MB or deeply nested)
+        shown = safe_text(repr(got), 80) if isinstance(got, str) else type(got).__name__
+        return None, f"verdict must be 'accept' or 'reject', got {shown}"
+    return Review(verdict, kept_texts(obj.get("reasons")), kept_texts(obj.get("risk_notes"))), ""
 
 
 def review(client: ModelClient, diff: str, mechanism: str, targets_mode: str,

@@ -21,9 +21,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rsi_common.llm import ModelClient, ModelRequest, complete_json
+from rsi_common.stored import safe_text
 from rsi_worker.gate.regex_risk import backtracks
 from rsi_worker.roles.analyst import LENSES, View, render
-from rsi_worker.roles.report_items import kept_items
+from rsi_worker.roles.report_items import kept_items, reply_text
 
 __all__ = [
     "DIGESTER_SYSTEM",
@@ -128,8 +129,14 @@ def _tool(files: Mapping[str, str], name: str, args: Mapping[str, Any]) -> str:
     return f"error: unknown tool {name[:40]!r}"
 
 
-def _clip(d: Mapping[str, Any]) -> dict[str, str]:
-    out = {k: str(d.get(k) or "") for k in DIGEST_KEYS}
+def _args(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _clip(d: object) -> dict[str, str]:
+    """The digest's fields as storable text (a hostile ``return`` input: module docstring)."""
+    got = d if isinstance(d, Mapping) else {}
+    out = {k: safe_text(reply_text(got.get(k)), DIGEST_CHARS) for k in DIGEST_KEYS}
     if out["lens"] not in LENSES:
         out["lens"] = "control" if not out["lens"] else out["lens"][:40]
     while len(json.dumps(out, ensure_ascii=False)) > DIGEST_CHARS:
@@ -160,12 +167,12 @@ def digest(client: ModelClient, view: View, outcome: str) -> dict[str, Any]:
             results = []
             for u in uses:
                 if u.get("name") == "return":
-                    return {"world": view.world.id, "outcome": outcome, **_clip(u.get("input") or {})}
+                    return {"world": view.world.id, "outcome": outcome, **_clip(u.get("input"))}
                 results.append(
                     {
                         "type": "tool_result",
                         "tool_use_id": u.get("id"),
-                        "content": _tool(files, str(u.get("name")), u.get("input") or {})[:20_000],
+                        "content": _tool(files, reply_text(u.get("name")), _args(u.get("input")))[:20_000],
                     }
                 )
             messages.append({"role": "user", "content": results})

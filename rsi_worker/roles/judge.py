@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rsi_common.llm import ModelClient, complete_json
+from rsi_common.stored import safe_text
 from rsi_common.world import text_of
 
 __all__ = ["JUDGE_SYSTEM", "CriteriaJudge", "judge_user_prompt", "request_text", "verdict_key"]
@@ -108,7 +109,8 @@ class CriteriaJudge:
             return False, f"judge error: {type(exc).__name__}: {exc}"[:REASON_CHARS]
         if not isinstance(reply, Mapping) or "pass" not in reply:
             return False, "judge returned no verdict"
-        passed = reply.get("pass") is True or str(reply.get("pass")).lower() == "true"
-        reason = str(reply.get("reason") or "")[:REASON_CHARS]
+        said, why = reply.get("pass"), reply.get("reason")  # hostile: read strings and booleans only
+        passed = said is True or (isinstance(said, str) and said.lower() == "true")
+        reason = safe_text(why if isinstance(why, str) else "", REASON_CHARS)  # stored: no lone surrogate
         self.new_entries[key] = [passed, reason]
         return passed, reason

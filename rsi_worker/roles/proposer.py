@@ -18,7 +18,9 @@ on):
 (1) edits declared but no file change succeeded (allowed in repair mode); (2) the workspace differs
 from the incumbent but ``edits`` is empty; (3) the edit budget; (4) a required field missing or blank,
 or a field of the wrong type (texts must be strings, ``predicted_affected`` a list of ids,
-``addresses`` a list of strings: what :class:`~rsi_common.math.Edit` accepts); (5) a component that is
+``addresses`` a list of strings: what :class:`~rsi_common.math.Edit` accepts); (4b) an edit that
+cannot be stored (a NaN, a lone surrogate) or is over :data:`EDIT_CHARS` as JSON — project decision,
+docs/algorithm/consolidation.md "Hostile replies"; (5) a component that is
 not an enabled kind; (6) a reserved slot with no declared component in ``untried``; (7)
 :func:`validate_candidate`.
 
@@ -52,6 +54,7 @@ from rsi_common.harness import (
 from rsi_common.kernel.components import REGISTRY, instantiate
 from rsi_common.llm import ModelClient, ModelRequest, parse_json_object
 from rsi_common.math import check_edit_cardinality
+from rsi_common.stored import first_problem, safe_text
 from rsi_common.world import TurnWorld
 from rsi_worker.roles.analyst import View, render, task_row
 from rsi_worker.roles.proposer_context import (
@@ -86,6 +89,10 @@ READ_ACTIONS = frozenset({"list_files", "read_file", "list_components", "list_tr
 REQUIRED_FIELDS = ("id", "component", "hypothesis", "targets_mode", "predicted_affected", "retroactive_check")
 OPTIONAL_FIELDS = ("addresses", "why_not_lower_lever", "trigger_condition", "regression_risk")
 WRITE_EXTENSIONS = (".json", ".md", ".txt")
+EDIT_CHARS = 8_000
+"""A declared edit, at most, as JSON (rule 4b of ``done``: a hostile reply must not bloat the run row)."""
+SUMMARY_CHARS = 2_000
+"""The ``done`` summary kept, at most (clipped)."""
 DOC_CHARS = 700
 _STEP = re.compile(r"(?m)^\[step (\d+)\] AGENT:")
 
@@ -277,11 +284,13 @@ class _Session:
     def _error(self, name: str, turn: int, message: str) -> str:
         if name != "abort":  # the reason of a run should quote the error the model gave up on
             self.last_error = f"{name}: {message}"
-        self.log.append({"turn": turn, "action": name, "ok": False, "message": message[:200]})
+        # a hostile action name or message is unbounded and may hold a lone surrogate
+        self.log.append({"turn": turn, "action": safe_text(name, 40), "ok": False,
+                         "message": safe_text(message, 200)})
         return _cap(f"[{name}] error: {message}", READ_CAP if name in READ_ACTIONS else OTHER_CAP)
 
     def _final(self, status: str, reason: str) -> Proposal:
-        return Proposal(status=status, n_edits=self.n_changes, log=self.log, reason=reason[:600])
+        return Proposal(status=status, n_edits=self.n_changes, log=self.log, reason=safe_text(reason, 600))
 
     # --- read actions -----------------------------------------------------------------------
 
@@ -355,6 +364,8 @@ class _Session:
         old, new = obj.get("old"), obj.get("new")
         if not isinstance(old, str) or not isinstance(new, str) or not old:
             raise _ActionError("edit_file needs a non-empty string 'old' and a string 'new'")
+        if first_problem(new) is not None:
+            raise _ActionError("'new' holds a lone surrogate (not valid text)")
         if path not in self.ws:
             raise _ActionError(f"no file {path!r} in the workspace (write_file creates new files)")
         count = self.ws[path].count(old)
@@ -372,6 +383,8 @@ class _Session:
         content = obj.get("content")
         if not isinstance(content, str):
             raise _ActionError("write_file needs a string 'content'")
+        if first_problem(content) is not None:
+            raise _ActionError("'content' holds a lone surrogate (not valid text)")
         if path in self.ws:
             raise _ActionError(f"{path} exists; write_file creates new files only (use edit_file)")
         if not path.endswith(WRITE_EXTENSIONS):
@@ -398,7 +411,8 @@ class _Session:
             if _blank(d.get("mechanism")):
                 d["mechanism"] = d["hypothesis"]
             out.append(d)
-        summary = str(obj.get("summary") or "").strip()
+        said = obj.get("summary")
+        summary = safe_text(said if isinstance(said, str) else "", SUMMARY_CHARS).strip()
         hypotheses = [str(e["hypothesis"]) for e in out]
         modes = list(dict.fromkeys(str(e["targets_mode"]) for e in out))
         self.log.append({"turn": turn, "action": "done", "ok": True, "message": f"{len(out)} edit(s)"})
@@ -429,6 +443,10 @@ class _Session:
             if wrong:
                 raise _ActionError(f"edit {i} ({e.get('id')}) has field(s) of the wrong type: "
                                    f"{', '.join(wrong)} (texts must be strings)")
+            stored = dict(e)
+            if first_problem(stored) is not None or len(json.dumps(stored, ensure_ascii=False)) > EDIT_CHARS:
+                raise _ActionError(f"edit {i} cannot be stored: it must hold finite numbers and valid text "
+                                   f"only and be at most {EDIT_CHARS} characters as JSON")
         enabled = {k.lower() for k in self.setup.enabled}
         for i, e in enumerate(edits, start=1):
             comp = str(e.get("component")).strip().lower()

@@ -13,9 +13,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from rsi_common.stored import first_problem
+from rsi_common.stored import first_problem, safe_text
 
-__all__ = ["NOTES_CHARS", "REPORT_ITEMS", "REPORT_ITEM_CHARS", "kept_items", "kept_notes"]
+__all__ = ["NOTES_CHARS", "REPORT_ITEMS", "REPORT_ITEM_CHARS", "TEXT_CHARS", "kept_items", "kept_notes",
+           "kept_texts", "reply_text"]
 
 REPORT_ITEMS = 20
 """Items kept per list of a report (failure modes, capability gaps, success habits)."""
@@ -23,6 +24,8 @@ REPORT_ITEM_CHARS = 4_000
 """An item of a report, at most, as JSON (a longer one is dropped)."""
 NOTES_CHARS = 2_000
 """A report's free-text notes, at most (clipped)."""
+TEXT_CHARS = 1_000
+"""One text of a reply's list of texts (the critic's reasons and risk notes), at most (clipped)."""
 
 
 def kept_items(out: object, key: str, field: str) -> list[dict[str, Any]]:
@@ -50,3 +53,31 @@ def kept_notes(out: object) -> str:
         return ""
     text = str(notes)[:NOTES_CHARS]
     return "" if first_problem(text) is not None else text
+
+
+def kept_texts(value: object, limit: int = TEXT_CHARS) -> list[str]:
+    """A reply's list of texts as a round stores it: a string is a list of one, a list keeps its
+    non-blank items as text (numbers and objects through ``str``), anything else is one text; at
+    most :data:`REPORT_ITEMS` texts, each through :func:`~rsi_common.stored.safe_text` (lone
+    surrogates replaced, credential-shaped text withheld, clipped to ``limit`` characters)."""
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else [value]
+    kept: list[str] = []
+    for item in items:
+        if isinstance(item, dict | list) and first_problem(item) is not None:
+            continue  # too deep to print, or holds what str() would carry along
+        text = item if isinstance(item, str) else str(item)
+        if text.strip():
+            kept.append(safe_text(text, limit))
+            if len(kept) == REPORT_ITEMS:
+                break
+    return kept
+
+
+def reply_text(value: object) -> str:
+    """A reply's text field as text: a string, or a number written out; ``""`` for anything else (an
+    object or a list is no text, and printing a deeply nested one may raise)."""
+    if isinstance(value, str):
+        return value
+    return str(value) if isinstance(value, int | float) else ""

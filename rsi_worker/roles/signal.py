@@ -7,10 +7,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from rsi_common.llm import ModelClient, complete_json
+from rsi_common.stored import safe_text
+from rsi_worker.roles.report_items import reply_text
 
 __all__ = ["SIGNAL_SYSTEM", "implicit_signal", "signal_user_prompt"]
 
 SECTION_CHARS = 6_000
+CRITERION_CHARS = 1_000
+"""A criterion the reader states, at most (clipped); it is stored with the world's signals."""
 KINDS = ("correction", "complaint", "accept", "neutral")
 
 SIGNAL_SYSTEM = (
@@ -52,14 +56,14 @@ def implicit_signal(client: ModelClient, request: str, answer: str, next_message
         return {"kind": "neutral", "error": f"{type(exc).__name__}: {exc}"[:300]}
     if not isinstance(reply, Mapping):
         return {"kind": "neutral", "error": "no verdict"}
-    kind = str(reply.get("kind") or "").strip().lower()
+    kind = reply_text(reply.get("kind")).strip().lower()
     if kind not in KINDS:
         kind = "neutral"
-    criterion = str(reply.get("criterion") or "").strip()
+    criterion = safe_text(reply_text(reply.get("criterion")), CRITERION_CHARS).strip()
     if kind in ("correction", "complaint") and not criterion:
         kind = "neutral"
     out: dict[str, Any] = {"kind": kind}
     if kind in ("correction", "complaint"):
         out["criterion"] = criterion
-    out["evidence"] = str(reply.get("evidence") or "")[:300]
+    out["evidence"] = safe_text(reply_text(reply.get("evidence")), 300)
     return out

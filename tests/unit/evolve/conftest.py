@@ -46,9 +46,12 @@ class EvolveStack:
     tmp: Path
     wrap: Wrap | None = None
     requests: list[tuple[str, ModelRequest]] = field(default_factory=list)
+    url: str = ""
+    """An empty database to migrate (the ``db_url`` fixture: SQLite or PostgreSQL); default a SQLite
+    file in ``tmp``."""
 
     def __post_init__(self) -> None:
-        self.settings = Settings(database_url=f"sqlite:///{self.tmp / 'rsi.db'}")
+        self.settings = Settings(database_url=self.url or f"sqlite:///{self.tmp / 'rsi.db'}")
         self.engine = make_engine(self.settings.database_url)
         upgrade(self.engine)
         self.sessions = session_factory(self.engine)
