@@ -16,6 +16,7 @@ from __future__ import annotations
 
 __all__ = [
     "AccessDenied",
+    "AgentConflict",
     "BrokerUnavailable",
     "CoordinationError",
     "CredentialError",
@@ -109,6 +110,15 @@ class UnknownAgentError(InvalidInput, KeyError):
 class AccessDenied(InvalidInput):
     """The service refused the caller's token (401: missing, unknown or revoked; 403: a scope is
     missing or the agent is outside the token's prefix). Never retried."""
+
+
+class AgentConflict(InvalidInput):
+    """The agent's state refuses the operation now (the service's 409): ``slug`` is ``agent-busy``
+    (a run holds its lease) or ``agent-frozen`` (an operator froze it)."""
+
+    def __init__(self, slug: str, message: str) -> None:
+        super().__init__(message)
+        self.slug = slug
 
 
 class UnknownVersionError(InvalidInput, KeyError):

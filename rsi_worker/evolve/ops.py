@@ -14,9 +14,9 @@ from typing import Any
 
 from rsi_common.boundary import check_id
 from rsi_common.coord import Coordinator
-from rsi_common.db import Adoption, ensure_agent, final_write, get_agent, start_run
+from rsi_common.db import Adoption, AgentRow, ensure_agent, final_write, get_agent, start_run
 from rsi_common.dispatch import Dispatcher
-from rsi_common.errors import InvalidInput
+from rsi_common.errors import AgentConflict, InvalidInput
 from rsi_common.handoff import enqueue_lease
 from rsi_common.harness import materialize
 from rsi_worker.consolidate.context import load_harness
@@ -254,8 +254,9 @@ def promote(
 
     Raises:
         InvalidInput: ``agent`` is no id, unknown run, the frontier is H0 or a payload that does not
-            materialize (tampered, an escaping path), the agent is busy (a run holds its lease), the gate
-            refuses the harness, or the write was superseded.
+            materialize (tampered, an escaping path), the gate refuses the harness, or the write was
+            superseded.
+        AgentConflict: the agent is busy (a run holds its lease) or frozen; nothing is written.
     """
     check_id(agent, "--agent")  # before the lease: no Redis key or query is made for a hostile id
     store = env.store
@@ -264,9 +265,14 @@ def promote(
     if not payload:
         raise InvalidInput(f"evolve run {name!r}: the frontier is H0; nothing to promote")
     harness = materialize(payload)
+    with env.sessions() as s:  # before the lease: the fenced write would keep a frozen agent's version
+        known = s.get(AgentRow, agent)
+        if known is not None and known.frozen:
+            raise AgentConflict("agent-frozen", f"agent {agent!r} is frozen: unfreeze it first")
     lease = coord.try_begin(agent, f"{PROMOTE_PREFIX}{name}"[:200])
     if lease is None:
-        raise InvalidInput(f"agent {agent!r} is busy (a consolidation holds its lease); promote again later")
+        raise AgentConflict("agent-busy",
+                            f"agent {agent!r} is busy (a consolidation holds its lease); promote again later")
     rerun = None
     try:
         with env.sessions.begin() as s:

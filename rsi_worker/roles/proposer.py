@@ -64,6 +64,7 @@ from rsi_worker.roles.proposer_context import (
     selection_text,
     variant_brief,
 )
+from rsi_worker.roles.report_items import fits
 
 __all__ = [
     "MAX_EDITS",
@@ -443,8 +444,7 @@ class _Session:
             if wrong:
                 raise _ActionError(f"edit {i} ({e.get('id')}) has field(s) of the wrong type: "
                                    f"{', '.join(wrong)} (texts must be strings)")
-            stored = dict(e)
-            if first_problem(stored) is not None or len(json.dumps(stored, ensure_ascii=False)) > EDIT_CHARS:
+            if not fits(dict(e), EDIT_CHARS):
                 raise _ActionError(f"edit {i} cannot be stored: it must hold finite numbers and valid text "
                                    f"only and be at most {EDIT_CHARS} characters as JSON")
         enabled = {k.lower() for k in self.setup.enabled}

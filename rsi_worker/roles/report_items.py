@@ -15,8 +15,17 @@ from typing import Any
 
 from rsi_common.stored import first_problem, safe_text
 
-__all__ = ["NOTES_CHARS", "REPORT_ITEMS", "REPORT_ITEM_CHARS", "TEXT_CHARS", "kept_items", "kept_notes",
-           "kept_texts", "reply_text"]
+__all__ = [
+    "NOTES_CHARS",
+    "REPORT_ITEMS",
+    "REPORT_ITEM_CHARS",
+    "TEXT_CHARS",
+    "fits",
+    "kept_items",
+    "kept_notes",
+    "kept_texts",
+    "reply_text",
+]
 
 REPORT_ITEMS = 20
 """Items kept per list of a report (failure modes, capability gaps, success habits)."""
@@ -28,6 +37,12 @@ TEXT_CHARS = 1_000
 """One text of a reply's list of texts (the critic's reasons and risk notes), at most (clipped)."""
 
 
+def fits(value: object, chars: int) -> bool:
+    """Whether ``value`` can be stored (finite numbers, no lone surrogate, at most 64 levels) and is at
+    most ``chars`` characters as JSON."""
+    return first_problem(value) is None and len(json.dumps(value, ensure_ascii=False)) <= chars
+
+
 def kept_items(out: object, key: str, field: str) -> list[dict[str, Any]]:
     """The reply's ``key`` list as a round stores it: objects naming ``field``, each storable (finite
     numbers, no lone surrogate, at most 64 levels) and at most :data:`REPORT_ITEM_CHARS` as JSON, the
@@ -35,9 +50,7 @@ def kept_items(out: object, key: str, field: str) -> list[dict[str, Any]]:
     raw = out.get(key) if isinstance(out, Mapping) else None
     kept: list[dict[str, Any]] = []
     for item in raw if isinstance(raw, list) else []:
-        if not (isinstance(item, Mapping) and item.get(field)) or first_problem(dict(item)) is not None:
-            continue
-        if len(json.dumps(dict(item), ensure_ascii=False)) > REPORT_ITEM_CHARS:
+        if not (isinstance(item, Mapping) and item.get(field) and fits(dict(item), REPORT_ITEM_CHARS)):
             continue
         kept.append(dict(item))
         if len(kept) == REPORT_ITEMS:

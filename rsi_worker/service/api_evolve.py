@@ -14,10 +14,9 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from rsi_common import db
 from rsi_common.boundary import check_id
 from rsi_common.credentials import find_credentials
-from rsi_common.errors import InvalidInput
+from rsi_common.errors import AgentConflict, InvalidInput
 from rsi_common.llm import ModelClient
 from rsi_worker.evolve import ops
 from rsi_worker.evolve.engine import EvolveEnv
@@ -101,16 +100,10 @@ def promote_run(svc: ServiceState, p: Principal, name: str, agent: str) -> dict[
 
     def act() -> dict[str, Any]:
         known_run(store, name)
-        with svc.read() as s:
-            row = s.get(db.AgentRow, agent)
-            if row is not None and row.frozen:  # the fenced write would keep it; say why, change nothing
-                raise Problem(409, "agent-frozen", "the agent is frozen: unfreeze it first")
         try:
             out = ops.promote(env, svc.client.coord, name, agent, dispatcher=svc.client.dispatcher)
-        except InvalidInput as exc:
-            if "is busy" in str(exc):
-                raise Problem(409, "agent-busy", str(exc)) from None
-            raise
+        except AgentConflict as exc:
+            raise Problem(409, exc.slug, str(exc)) from None
         svc.client._changed(agent)  # invalidate and publish on rsi:harness, as a version move does
         return out
 

@@ -9,8 +9,8 @@ import fakeredis
 import pytest
 
 from rsi_common.coord import Coordinator
-from rsi_common.db import HarnessRow, RunRow, get_agent
-from rsi_common.errors import InvalidInput
+from rsi_common.db import HarnessRow, RunRow, ensure_agent, freeze, get_agent
+from rsi_common.errors import AgentConflict, InvalidInput
 from rsi_common.math import Candidate, EvalResult, RRSIParams, TaskResult, aggregate
 from rsi_worker.consolidate.evaluate import StopContext
 from rsi_worker.evolve.config import EvolveConfig
@@ -124,8 +124,18 @@ def test_promote_is_a_fenced_adoption_with_lineage(stack: EvolveStack) -> None:
     assert coord.lease_holder("agent-1") is None  # the lease was released
     held = coord.try_begin("agent-2", "io-x")
     assert held is not None
-    with pytest.raises(InvalidInput, match="busy"):
+    with pytest.raises(AgentConflict, match="busy") as busy:
         promote(stack.env, coord, name, "agent-2")
+    assert busy.value.slug == "agent-busy"
+    coord.finish(held)
+    with stack.sessions.begin() as s:
+        ensure_agent(s, "agent-3")
+        freeze(s, "agent-3")
+    with pytest.raises(AgentConflict, match="frozen") as frozen:  # was: "the agent moved meanwhile"
+        promote(stack.env, coord, name, "agent-3")
+    assert frozen.value.slug == "agent-frozen" and coord.lease_holder("agent-3") is None
+    with stack.sessions() as s:
+        assert get_agent(s, "agent-3").current_version is None  # nothing written
 
 
 def test_early_stop_then_reevaluate_measures_in_full(tmp_path: Any) -> None:
